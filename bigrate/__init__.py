@@ -1,0 +1,20 @@
+"""bigrate: rate-constrained binary classification at scale.
+
+Learners that must hit a target on an error rate (false-alarm rate at most rho, q-value at
+most q, ...) rather than minimise plain error, trained on sparse data streamed from Parquet
+shards, on one machine or on a Dask or Ray cluster.
+"""
+
+from bigrate.data import ShardedDataset
+from bigrate.errors import BigrateWarning, ChecksumError, DataError, DatasetExistsError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BigrateWarning",
+    "ChecksumError",
+    "DataError",
+    "DatasetExistsError",
+    "ShardedDataset",
+    "__version__",
+]

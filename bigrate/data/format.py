@@ -1,0 +1,164 @@
+"""The bigrate shard format: schema, row blocks, and Arrow <-> CSR conversion.
+
+A dataset is a directory::
+
+    manifest.json
+    train/pos/part-00000.parquet
+    train/neg/part-00000.parquet
+    val/...  test/...
+
+Every Parquet file has the columns
+
+============  =====================  ============================================
+``row_id``    int64                  stable, unique across the whole dataset
+``label``     int8                   +1 (class ``pos``) or -1 (class ``neg``)
+``indices``   list<int32>            0-based feature indices, sorted and unique
+``values``    list<float32>          the matching values
+``group``     string (optional)      subpopulation, e.g. for fairness constraints
+============  =====================  ============================================
+
+and row groups of ``row_group_size`` rows (default 32,768). The conversion to CSR reads
+the Arrow list offsets and child arrays directly: no Python work per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+
+FORMAT_NAME = "bigrate-shards"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SPLITS = ("train", "val", "test")
+CLASSES = ("pos", "neg")
+CLASS_LABEL = {"pos": 1, "neg": -1}
+DEFAULT_ROW_GROUP_SIZE = 32_768
+DEFAULT_ROWS_PER_FILE = 262_144
+
+
+def schema(has_group: bool) -> pa.Schema:
+    """The Arrow schema of a shard file."""
+    fields = [
+        pa.field("row_id", pa.int64(), nullable=False),
+        pa.field("label", pa.int8(), nullable=False),
+        pa.field("indices", pa.list_(pa.field("item", pa.int32(), nullable=False))),
+        pa.field("values", pa.list_(pa.field("item", pa.float32(), nullable=False))),
+    ]
+    if has_group:
+        fields.append(pa.field("group", pa.string()))
+    return pa.schema(fields)
+
+
+@dataclass
+class RowBlock:
+    """Rows of a sparse dataset held in memory: CSR features plus per-row columns.
+
+    Attributes
+    ----------
+    X : scipy.sparse.csr_matrix of shape (n_rows, n_cols), float32, int32 indices
+    y : ndarray of shape (n_rows,), int8 in {+1, -1}
+    row_id : ndarray of shape (n_rows,), int64
+    group : ndarray of shape (n_rows,) of str, or None
+    """
+
+    X: sp.csr_matrix
+    y: np.ndarray
+    row_id: np.ndarray
+    group: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.X.shape[0]
+
+    def take(self, rows: np.ndarray) -> RowBlock:
+        """Rows selected by an integer index array or boolean mask, order kept."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        return RowBlock(
+            X=self.X[rows],
+            y=self.y[rows],
+            row_id=self.row_id[rows],
+            group=None if self.group is None else self.group[rows],
+        )
+
+    @staticmethod
+    def concat(blocks: list[RowBlock]) -> RowBlock:
+        """Stack blocks row-wise (the widest block sets the number of columns)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        width = max(b.X.shape[1] for b in blocks)
+        mats = [_widen(b.X, width) for b in blocks]
+        X = sp.vstack(mats, format="csr", dtype=np.float32)
+        X.indices = X.indices.astype(np.int32, copy=False)
+        groups = [b.group for b in blocks]
+        return RowBlock(
+            X=X,
+            y=np.concatenate([b.y for b in blocks]),
+            row_id=np.concatenate([b.row_id for b in blocks]),
+            group=None if groups[0] is None else np.concatenate(groups),
+        )
+
+
+def _widen(X: sp.csr_matrix, width: int) -> sp.csr_matrix:
+    if X.shape[1] == width:
+        return X
+    return sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], width))
+
+
+def block_to_table(block: RowBlock, has_group: bool) -> pa.Table:
+    """Arrow table of a row block, built from the CSR arrays without per-row work."""
+    X = block.X
+    offsets = pa.array(X.indptr.astype(np.int32, copy=False), type=pa.int32())
+    indices = pa.ListArray.from_arrays(
+        offsets, pa.array(X.indices.astype(np.int32, copy=False), type=pa.int32())
+    )
+    values = pa.ListArray.from_arrays(
+        offsets, pa.array(X.data.astype(np.float32, copy=False), type=pa.float32())
+    )
+    cols = [
+        pa.array(block.row_id, type=pa.int64()),
+        pa.array(block.y, type=pa.int8()),
+        indices,
+        values,
+    ]
+    if has_group:
+        if block.group is None:
+            raise ValueError("this dataset has a group column but the block has none")
+        cols.append(pa.array(block.group, type=pa.string()))
+    return pa.Table.from_arrays(cols, schema=schema(has_group))
+
+
+def _list_parts(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets starting at 0, flat child values) of one Arrow list column."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    offsets = np.asarray(col.offsets)
+    start, end = int(offsets[0]), int(offsets[-1])
+    flat = np.asarray(col.values)[start:end]
+    if start:
+        offsets = offsets - start
+    return offsets, flat
+
+
+def table_to_block(table: pa.Table | pa.RecordBatch, n_features: int) -> RowBlock:
+    """CSR row block of an Arrow table or record batch in the shard schema."""
+    offsets, indices = _list_parts(table.column("indices"))
+    voffsets, values = _list_parts(table.column("values"))
+    if len(voffsets) != len(offsets) or voffsets[-1] != offsets[-1]:
+        raise ValueError("shard columns 'indices' and 'values' have different lengths")
+    X = sp.csr_matrix(
+        (values, indices, offsets), shape=(len(offsets) - 1, n_features), copy=False
+    )
+    names = table.schema.names
+    group = None
+    if "group" in names:
+        group = np.asarray(table.column("group").to_numpy(zero_copy_only=False))
+    return RowBlock(
+        X=X,
+        y=np.asarray(table.column("label").to_numpy()),
+        row_id=np.asarray(table.column("row_id").to_numpy()),
+        group=group,
+    )

@@ -1,0 +1,293 @@
+"""Reading a sharded dataset: manifest, per-file listing, streaming CSR batches."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from bigrate.data.format import (
+    CLASSES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    RowBlock,
+    table_to_block,
+)
+from bigrate.errors import ChecksumError, DataError
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One shard file of a dataset, as engines see it when assigning work."""
+
+    dataset: str  # the dataset's root (local path or fsspec URL)
+    path: str  # relative to the root
+    split: str
+    cls: str
+    rows: int
+    nnz: int
+    row_groups: int
+    bytes: int
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return _join(self.dataset, self.path)
+
+
+def _join(root: str, rel: str) -> str:
+    return root.rstrip("/") + "/" + rel
+
+
+def _filesystem(path: str):
+    """(fsspec filesystem, path within it) for a local path or any fsspec URL."""
+    import fsspec.core
+
+    if "://" in path:
+        return fsspec.core.url_to_fs(path)
+    from fsspec.implementations.local import LocalFileSystem
+
+    return LocalFileSystem(), os.path.abspath(path)
+
+
+class ShardedDataset:
+    """A sparse binary dataset stored as Parquet shards with a manifest.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The dataset directory (local, or an fsspec URL such as ``s3://bucket/data``).
+    verify : bool, default False
+        Recompute every file's sha256 now and raise :class:`~bigrate.ChecksumError`
+        naming the first file that does not match the manifest.
+
+    Examples
+    --------
+    >>> ds = ShardedDataset("data/a9a")                        # doctest: +SKIP
+    >>> ds.n_features, ds.class_counts("train")                # doctest: +SKIP
+    (123, {'pos': 17796, 'neg': 5646})
+    >>> for batch in ds.iter_batches("train", batch_rows=8192):  # doctest: +SKIP
+    ...     batch.X, batch.y                                     # CSR float32, int8
+    """
+
+    def __init__(self, path: str | os.PathLike, *, verify: bool = False):
+        self.path = str(path)
+        self.fs, self.root = _filesystem(self.path)
+        mpath = _join(self.root, MANIFEST)
+        if not self.fs.exists(mpath):
+            raise FileNotFoundError(
+                f"{self.path}: no {MANIFEST} here; this is not a bigrate dataset "
+                "(make one with `bigrate prep ...`)"
+            )
+        with self.fs.open(mpath, "rb") as f:
+            try:
+                manifest = json.loads(f.read().decode("utf-8"))
+            except json.JSONDecodeError as e:
+                raise DataError(f"not valid JSON: {e}", path=mpath, line=e.lineno) from e
+        if manifest.get("format") != FORMAT_NAME:
+            raise DataError(f"format is {manifest.get('format')!r}, expected {FORMAT_NAME!r}",
+                            path=mpath)
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise DataError(
+                f"format_version {manifest.get('format_version')!r} is not supported "
+                f"(this bigrate reads version {FORMAT_VERSION})",
+                path=mpath,
+            )
+        self.manifest = manifest
+        self.n_features = int(manifest["n_features"])
+        self.splits = tuple(manifest["splits"])
+        self.has_group = bool(manifest.get("has_group", False))
+        self._files = [
+            ShardFile(
+                dataset=self.path,
+                path=f["path"],
+                split=f["split"],
+                cls=f["class"],
+                rows=int(f["rows"]),
+                nnz=int(f["nnz"]),
+                row_groups=int(f["row_groups"]),
+                bytes=int(f["bytes"]),
+                sha256=f["sha256"],
+            )
+            for f in manifest["files"]
+        ]
+        if verify:
+            self.verify()
+
+    # -- description ----------------------------------------------------------------
+    def __repr__(self) -> str:
+        counts = ", ".join(
+            f"{s}: {c['pos']}+/{c['neg']}-" for s, c in self.manifest["rows"].items()
+        )
+        return f"ShardedDataset({self.path!r}, n_features={self.n_features}, {counts})"
+
+    def class_counts(self, split: str = "train") -> dict[str, int]:
+        """Rows of each class in ``split``: ``{"pos": n_pos, "neg": n_neg}``."""
+        self._check_split(split)
+        return dict(self.manifest["rows"][split])
+
+    def n_rows(self, split: str = "train") -> int:
+        c = self.class_counts(split)
+        return c["pos"] + c["neg"]
+
+    def files(
+        self, split: str | None = None, classes: Iterable[str] | str | None = None
+    ) -> list[ShardFile]:
+        """The shard files of a split and classes (all when None), in manifest order."""
+        if split is not None:
+            self._check_split(split)
+        cls = self._check_classes(classes)
+        return [f for f in self._files if (split is None or f.split == split) and f.cls in cls]
+
+    def _check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(f"split {split!r} is not in this dataset (have {self.splits})")
+
+    @staticmethod
+    def _check_classes(classes) -> tuple[str, ...]:
+        if classes is None:
+            return CLASSES
+        if isinstance(classes, str):
+            classes = (classes,)
+        classes = tuple(classes)
+        for c in classes:
+            if c not in CLASSES:
+                raise ValueError(f"unknown class {c!r}; expected 'pos' and/or 'neg'")
+        return classes
+
+    # -- reading ----------------------------------------------------------------------
+    def open_file(self, shard: ShardFile) -> pq.ParquetFile:
+        return pq.ParquetFile(self.fs.open(_join(self.root, shard.path), "rb"))
+
+    def iter_file(
+        self,
+        shard: ShardFile,
+        batch_rows: int = 65_536,
+        row_groups: Iterable[int] | None = None,
+        with_group: bool = False,
+    ) -> Iterator[RowBlock]:
+        """CSR batches of one shard file (optionally only some of its row groups)."""
+        if batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+        cols = ["row_id", "label", "indices", "values"]
+        if with_group and self.has_group:
+            cols.append("group")
+        pf = self.open_file(shard)
+        try:
+            rg = None if row_groups is None else list(row_groups)
+            for rb in pf.iter_batches(batch_size=batch_rows, row_groups=rg, columns=cols):
+                yield table_to_block(rb, self.n_features)
+        finally:
+            pf.close()
+
+    def iter_batches(
+        self,
+        split: str = "train",
+        classes: Iterable[str] | str | None = None,
+        batch_rows: int = 65_536,
+        *,
+        files: Iterable[ShardFile] | None = None,
+        with_group: bool = False,
+    ) -> Iterator[RowBlock]:
+        """Stream ``split`` as :class:`RowBlock` batches (``.X`` CSR float32, ``.y`` int8,
+        ``.row_id``, ``.group``) of at most ``batch_rows`` rows, file by file (all of
+        ``pos`` then all of ``neg`` by default). Memory is bounded by one batch plus one
+        Parquet row group."""
+        todo = list(files) if files is not None else self.files(split, classes)
+        for shard in todo:
+            yield from self.iter_file(shard, batch_rows, with_group=with_group)
+
+    def to_csr(
+        self,
+        split: str = "train",
+        classes: Iterable[str] | str | None = None,
+        *,
+        order: str = "row_id",
+        with_group: bool | None = None,
+    ) -> RowBlock:
+        """The whole split in memory as one :class:`RowBlock`.
+
+        ``order="row_id"`` sorts rows by ``row_id`` (the source order for data made by
+        ``bigrate prep``); ``order="file"`` keeps the file order (pos then neg).
+        """
+        if order not in ("row_id", "file"):
+            raise ValueError(f"order must be 'row_id' or 'file', got {order!r}")
+        wg = self.has_group if with_group is None else with_group
+        blocks = list(self.iter_batches(split, classes, batch_rows=1 << 20, with_group=wg))
+        if not blocks:
+            raise DataError(f"split {split!r} has no rows for classes {classes}",
+                            path=self.path)
+        out = RowBlock.concat(blocks)
+        if out.X.shape[1] != self.n_features:
+            out.X.resize((len(out), self.n_features))
+        if order == "row_id" and len(out) and np.any(np.diff(out.row_id) < 0):
+            out = out.take(np.argsort(out.row_id, kind="stable"))
+        return out
+
+    def verify(self) -> None:
+        """Recompute the sha256 of every file; raise ChecksumError naming a mismatch."""
+        for shard in self._files:
+            full = _join(self.root, shard.path)
+            if not self.fs.exists(full):
+                raise ChecksumError("file listed in the manifest is missing", path=full)
+            h = hashlib.sha256()
+            with self.fs.open(full, "rb") as f:
+                while True:
+                    chunk = f.read(1 << 22)
+                    if not chunk:
+                        break
+                    h.update(chunk)
+            if h.hexdigest() != shard.sha256:
+                raise ChecksumError(
+                    f"sha256 is {h.hexdigest()}, the manifest records {shard.sha256}; "
+                    "the file was modified or corrupted (re-run the prep)",
+                    path=full,
+                )
+
+    def summary(self) -> str:
+        """A human-readable summary of the manifest (what `bigrate info` prints)."""
+        m = self.manifest
+        lines = [
+            f"dataset      {m.get('name')}  ({self.path})",
+            f"format       {m['format']} v{m['format_version']}, created {m.get('created')} "
+            f"by bigrate {m.get('bigrate_version')}",
+            f"features     {self.n_features}",
+            f"{'split':<8}{'pos':>12}{'neg':>12}{'total':>12}{'neg share':>11}{'nnz/row':>10}",
+        ]
+        for s in self.splits:
+            c = m["rows"][s]
+            n = c["pos"] + c["neg"]
+            nnz = sum(m["nnz"][s].values())
+            lines.append(
+                f"{s:<8}{c['pos']:>12,}{c['neg']:>12,}{n:>12,}{c['neg'] / max(n, 1):>11.3f}"
+                f"{nnz / max(n, 1):>10.1f}"
+            )
+        lm = m.get("label_mapping", {})
+        lines.append(f"labels       positive <- {lm.get('positive')}, negative <- "
+                     f"{lm.get('negative')}")
+        pre = m.get("preprocessing", {})
+        split = pre.get("split", {})
+        fr = ", ".join(f"{k} {v:g}" for k, v in split.get("fractions", {}).items())
+        extra = split.get("test_files") or []
+        lines.append(f"split rule   {fr} (seed {split.get('seed')})"
+                     + (f"; test from {', '.join(extra)}" if extra else ""))
+        lines.append(f"preprocess   l2_normalize={pre.get('l2_normalize')}"
+                     + (f", {pre['rows_dropped_for_missing_values']} rows dropped "
+                        "for missing values" if pre.get("rows_dropped_for_missing_values")
+                        else ""))
+        total = sum(f.bytes for f in self._files)
+        lines.append(
+            f"files        {len(self._files)} Parquet files, {total / 2**20:.1f} MiB, "
+            f"row groups of {m.get('row_group_size')} rows"
+            + (", with group column" if self.has_group else "")
+        )
+        for src in m.get("sources", []):
+            lines.append(f"source       {src['name']}  sha256 {src['sha256'][:16]}...")
+        lines.append(f"command      {m.get('command')}")
+        return "\n".join(lines)

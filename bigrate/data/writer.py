@@ -1,0 +1,431 @@
+"""Atomic writer of a sharded dataset.
+
+Everything is written into a hidden temporary directory beside the target
+(``.<name>.tmp-<pid>-<random>``) and renamed into place only once the manifest is
+complete, so a failed or interrupted prep never leaves a partial dataset at the target. A
+temporary directory left by a process that was killed outright (SIGKILL) is removed by
+the next writer of the same target once its process is gone.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from bigrate.data.format import (
+    CLASSES,
+    DEFAULT_ROW_GROUP_SIZE,
+    DEFAULT_ROWS_PER_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    SPLITS,
+    RowBlock,
+    block_to_table,
+    schema,
+)
+from bigrate.errors import DataError, DatasetExistsError
+
+
+def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes, read in 4 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(bufsize)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file through a temporary file renamed into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class FileInfo:
+    """One shard file as the manifest records it (path relative to the dataset)."""
+
+    path: str
+    split: str
+    cls: str
+    rows: int
+    nnz: int
+    row_groups: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+class _PartWriter:
+    """One Parquet file, written in row groups of exactly ``row_group_size`` rows."""
+
+    def __init__(self, root: Path, rel: str, split: str, cls: str, owner: DatasetWriter):
+        self.root, self.rel, self.split, self.cls = root, rel, split, cls
+        self.owner = owner
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        self.writer = pq.ParquetWriter(
+            str(root / rel),
+            schema(owner.has_group),
+            compression=owner.compression,
+            use_dictionary=["group"] if owner.has_group else False,
+            write_statistics=["row_id", "label"],
+        )
+        self.pending: list[RowBlock] = []
+        self.pending_rows = 0
+        self.rows = 0
+        self.nnz = 0
+        self.row_groups = 0
+
+    def append(self, block: RowBlock) -> None:
+        if len(block) == 0:
+            return
+        self.pending.append(block)
+        self.pending_rows += len(block)
+        rgs = self.owner.row_group_size
+        if self.pending_rows >= rgs:
+            merged = RowBlock.concat(self.pending)
+            full = (len(merged) // rgs) * rgs
+            self._write(merged.take(np.arange(full)) if full < len(merged) else merged)
+            rest = merged.take(np.arange(full, len(merged)))
+            self.pending = [rest] if len(rest) else []
+            self.pending_rows = len(rest)
+
+    def _write(self, block: RowBlock) -> None:
+        table = block_to_table(block, self.owner.has_group)
+        rgs = self.owner.row_group_size
+        self.writer.write_table(table, row_group_size=rgs)
+        self.rows += len(block)
+        self.nnz += int(block.X.nnz)
+        self.row_groups += -(-len(block) // rgs)
+
+    def close(self) -> FileInfo:
+        if self.pending:
+            self._write(RowBlock.concat(self.pending))
+            self.pending = []
+        self.writer.close()
+        full = self.root / self.rel
+        return FileInfo(
+            path=self.rel,
+            split=self.split,
+            cls=self.cls,
+            rows=self.rows,
+            nnz=self.nnz,
+            row_groups=self.row_groups,
+            bytes=full.stat().st_size,
+            sha256=sha256_file(full),
+        )
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - best effort while failing anyway
+            pass
+
+
+class ClassStream:
+    """Appends rows of one (split, class) to numbered part files, rotating them at
+    ``rows_per_file`` rows so that engines can spread a class over several workers."""
+
+    def __init__(self, owner: DatasetWriter, split: str, cls: str):
+        self.owner, self.split, self.cls = owner, split, cls
+        self.part: _PartWriter | None = None
+        self.next_index = 0
+
+    def append(self, block: RowBlock) -> None:
+        start = 0
+        n = len(block)
+        limit = self.owner.rows_per_file
+        while start < n:
+            if self.part is None:
+                self.part = self.owner._open_part(self.split, self.cls, self.next_index)
+                self.next_index += 1
+            room = limit - (self.part.rows + self.part.pending_rows)
+            stop = min(n, start + room)
+            piece = block if (start == 0 and stop == n) else block.take(np.arange(start, stop))
+            self.part.append(piece)
+            start = stop
+            if self.part.rows + self.part.pending_rows >= limit:
+                self.owner._close_part(self.part)
+                self.part = None
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.owner._close_part(self.part)
+            self.part = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_temporaries(parent: Path, name: str) -> None:
+    for p in parent.glob(f".{name}.tmp-*"):
+        try:
+            pid = int(p.name[len(name) + 6 :].split("-")[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+class DatasetWriter:
+    """Writes a sharded dataset atomically.
+
+    Use as a context manager: on an exception the temporary directory is removed and the
+    target is left as it was; :meth:`commit` writes the manifest and renames the dataset
+    into place.
+
+    Parameters
+    ----------
+    out : path
+        Target directory. Refused if it holds a dataset unless ``overwrite``; refused
+        always if it holds anything else.
+    splits : sequence of str
+        The splits this dataset will have; each must end up with rows of both classes.
+    has_group : bool
+        Whether rows carry a ``group`` column.
+    row_group_size, rows_per_file : int
+        Parquet row-group size and the number of rows after which a class's part file
+        is closed and the next one started.
+    compression : str
+        Parquet codec (``"snappy"``, ``"zstd"``, ``"none"``, ...).
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        *,
+        splits=SPLITS,
+        has_group: bool = False,
+        overwrite: bool = False,
+        row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+        compression: str = "snappy",
+    ):
+        if row_group_size < 1:
+            raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
+        if rows_per_file < row_group_size:
+            raise ValueError(
+                f"rows_per_file must be >= row_group_size ({row_group_size}), "
+                f"got {rows_per_file}"
+            )
+        for s in splits:
+            if s not in SPLITS:
+                raise ValueError(f"unknown split {s!r}; expected one of {SPLITS}")
+        self.out = Path(out).absolute()
+        self.splits = tuple(splits)
+        self.has_group = has_group
+        self.row_group_size = int(row_group_size)
+        self.rows_per_file = int(rows_per_file)
+        self.compression = compression
+        self.overwrite = overwrite
+        self._check_target()
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(self.out.parent, self.out.name)
+        self.tmp = Path(
+            tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent)
+        )
+        self._lock = threading.Lock()
+        self._open: list[_PartWriter] = []
+        self._streams: dict[tuple[str, str], ClassStream] = {}
+        self.files: list[FileInfo] = []
+        self._done = False
+
+    def _check_target(self) -> None:
+        out = self.out
+        if not out.exists():
+            return
+        if not out.is_dir():
+            raise DatasetExistsError(f"{out}: exists and is not a directory")
+        if (out / MANIFEST).exists():
+            if not self.overwrite:
+                raise DatasetExistsError(
+                    f"{out}: already holds a dataset (manifest.json); "
+                    "pass --overwrite (overwrite=True) to replace it"
+                )
+        elif any(out.iterdir()):
+            raise DatasetExistsError(
+                f"{out}: exists, is not empty and is not a bigrate dataset; "
+                "refusing to write into it (choose an empty or new directory)"
+            )
+
+    # -- parts --------------------------------------------------------------------
+    def _open_part(self, split: str, cls: str, index: int) -> _PartWriter:
+        if split not in self.splits:
+            raise ValueError(f"split {split!r} was not declared (have {self.splits})")
+        if cls not in CLASSES:
+            raise ValueError(f"unknown class {cls!r}; expected one of {CLASSES}")
+        part = _PartWriter(self.tmp, f"{split}/{cls}/part-{index:05d}.parquet", split, cls, self)
+        with self._lock:
+            self._open.append(part)
+        return part
+
+    def _close_part(self, part: _PartWriter) -> None:
+        info = part.close()
+        with self._lock:
+            self._open.remove(part)
+            self.files.append(info)
+
+    def stream(self, split: str, cls: str) -> ClassStream:
+        """The rotating part stream of one (split, class); created on first use."""
+        key = (split, cls)
+        with self._lock:
+            s = self._streams.get(key)
+            if s is None:
+                s = self._streams[key] = ClassStream(self, split, cls)
+        return s
+
+    def append(self, split: str, block: RowBlock) -> None:
+        """Append a block of rows of both classes to ``split`` (routed by label)."""
+        pos = block.y == 1
+        if pos.all():
+            self.stream(split, "pos").append(block)
+        elif not pos.any():
+            self.stream(split, "neg").append(block)
+        else:
+            self.stream(split, "pos").append(block.take(pos))
+            self.stream(split, "neg").append(block.take(~pos))
+
+    def write_part(self, split: str, cls: str, index: int, block: RowBlock) -> None:
+        """Write ``block`` whole as part file ``index`` of (split, cls); thread-safe."""
+        part = self._open_part(split, cls, index)
+        part.append(block)
+        self._close_part(part)
+
+    # -- finishing ----------------------------------------------------------------
+    def commit(
+        self,
+        *,
+        n_features: int,
+        label_mapping: dict,
+        preprocessing: dict,
+        sources: list[dict],
+        command: str | None = None,
+        name: str | None = None,
+        extra: dict | None = None,
+    ) -> dict:
+        """Close every file, check each split has both classes, write the manifest and
+        rename the dataset into place. Returns the manifest."""
+        for s in list(self._streams.values()):
+            s.close()
+        for part in list(self._open):
+            self._close_part(part)
+        rows = {s: {c: 0 for c in CLASSES} for s in self.splits}
+        nnz = {s: {c: 0 for c in CLASSES} for s in self.splits}
+        for f in self.files:
+            rows[f.split][f.cls] += f.rows
+            nnz[f.split][f.cls] += f.nnz
+        for s in self.splits:
+            for c in CLASSES:
+                if rows[s][c] == 0:
+                    raise DataError(
+                        f"split {s!r} has no rows of class {c!r} "
+                        f"(rows per split and class: {rows}); give that split a larger "
+                        "fraction, drop it, or check the label mapping"
+                    )
+        files = sorted(self.files, key=lambda f: f.path)
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "name": name or self.out.name,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "bigrate_version": _version(),
+            "n_features": int(n_features),
+            "splits": list(self.splits),
+            "rows": rows,
+            "nnz": nnz,
+            "row_group_size": self.row_group_size,
+            "rows_per_file": self.rows_per_file,
+            "compression": self.compression,
+            "has_group": self.has_group,
+            "label_mapping": label_mapping,
+            "preprocessing": preprocessing,
+            "sources": sources,
+            "command": command if command is not None else _command_line(),
+            "files": [f.to_json() for f in files],
+        }
+        if extra:
+            manifest.update(extra)
+        atomic_write_text(self.tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        self._swap_into_place()
+        self._done = True
+        return manifest
+
+    def _swap_into_place(self) -> None:
+        out = self.out
+        old = None
+        if out.exists():
+            self._check_target()  # still only a dataset or empty, and overwrite allowed
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.rename(out, old)
+        try:
+            os.rename(self.tmp, out)
+        except BaseException:
+            if old is not None:
+                os.rename(old, out)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Remove everything written so far; the target is left untouched."""
+        for part in list(self._open):
+            part.abort()
+        self._open.clear()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._done = True
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._done:
+            self.abort()
+
+
+def _version() -> str:
+    from bigrate import __version__
+
+    return __version__
+
+
+def _command_line() -> str:
+    argv = list(sys.argv)
+    if argv:
+        argv[0] = os.path.basename(argv[0])
+    return " ".join(argv)

@@ -1,0 +1,57 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    from bigrate.data.prep import find_shared_data
+
+    return find_shared_data()
+
+
+@pytest.fixture(params=[0, 7], ids=["seed0", "seed7"])
+def seed(request) -> int:
+    return request.param
+
+
+def run_cli(*args, check=False, timeout=600, **kw) -> subprocess.CompletedProcess:
+    """Run the real `bigrate` command in a subprocess."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, "-m", "bigrate.cli", *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"bigrate {args} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def write_svmlight_text(path: Path, rows: list[str]) -> Path:
+    path.write_text("".join(r + "\n" for r in rows))
+    return path
+
+
+def random_svmlight(path: Path, n: int, d: int, seed: int = 0, labels=(-1, 1),
+                    p_empty: float = 0.05) -> Path:
+    """A random one-based svmlight file with empty rows, comments and the max index."""
+    rng = np.random.default_rng(seed)
+    lines = ["# a comment line", ""]
+    for i in range(n):
+        lab = labels[rng.integers(len(labels))]
+        if rng.random() < p_empty:
+            lines.append(f"{lab}")
+            continue
+        k = int(rng.integers(1, min(d, 12) + 1))
+        idx = np.sort(rng.choice(np.arange(1, d + 1), size=k, replace=False))
+        if i == n // 2:
+            idx = np.unique(np.append(idx, d))  # the maximum feature index
+        vals = rng.standard_normal(len(idx)) * 10.0 ** rng.integers(-3, 4)
+        toks = " ".join(f"{j}:{v:.7g}" for j, v in zip(idx, vals))
+        tail = "  # trailing comment" if i % 17 == 0 else ""
+        lines.append(f"{lab} {toks}{tail}")
+    return write_svmlight_text(path, lines)
