@@ -7,6 +7,8 @@ shards, on one machine or on a Dask or Ray cluster.
 
 from bigrate.data import ShardedDataset
 from bigrate.errors import BigrateWarning, ChecksumError, DataError, DatasetExistsError
+from bigrate.io import load_model
+from bigrate.linear import NeymanPearsonSGD, QValueSGD
 
 __version__ = "0.1.0"
 
@@ -15,6 +17,9 @@ __all__ = [
     "ChecksumError",
     "DataError",
     "DatasetExistsError",
+    "NeymanPearsonSGD",
+    "QValueSGD",
     "ShardedDataset",
+    "load_model",
     "__version__",
 ]

@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=47_236)
     p.add_argument("--nnz", type=float, default=76.0, help="mean word draws per row")
     p.add_argument("--neg-fraction", type=float, default=0.15)
-    p.add_argument("--label-noise", type=float, default=0.03)
+    p.add_argument("--label-noise", type=float, default=0.01)
     p.add_argument("--jobs", type=int, default=None, help="threads (default: up to 4)")
     p.add_argument("--block-rows", type=int, default=65_536)
     _add_common(p, split_default="train=0.8,val=0.1,test=0.1")

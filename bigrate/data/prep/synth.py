@@ -44,9 +44,9 @@ class SynthSpec:
     features: int = RCV1_FEATURES
     nnz: float = 76.0
     neg_fraction: float = 0.15
-    label_noise: float = 0.03
+    label_noise: float = 0.01
     zipf: float = 1.1
-    teacher_nnz: int = 2000
+    teacher_nnz: int = 300
     seed: int = 0
 
     def validate(self) -> None:
@@ -132,7 +132,7 @@ def prep_synth(
     features: int = RCV1_FEATURES,
     nnz: float = 76.0,
     neg_fraction: float = 0.15,
-    label_noise: float = 0.03,
+    label_noise: float = 0.01,
     seed: int = 0,
     split: str | dict = "train=0.8,val=0.1,test=0.1",
     block_rows: int = 65_536,

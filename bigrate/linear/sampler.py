@@ -1,0 +1,219 @@
+"""Class-balanced sampling, in memory and out of core.
+
+A sampler hands the learner *chunks*: a CSR matrix, its labels and an ``order`` of row
+indices into it, the sequence of examples the SGD kernel visits.
+
+* Balanced (``balanced=True``): each step draws the positive class with probability 1/2;
+  an **epoch** is 2 * max(n+, n-) steps, so the larger class is seen about once.
+* Uniform (``balanced=False``): each step draws the positive class with probability
+  n+ / n; an epoch is n steps.
+* Pairs (q-value learner): each step takes one positive and one negative; an epoch is
+  max(n+, n-) steps.
+
+Within a class, rows come without replacement: in memory from a fresh seeded permutation
+per pass over the class; out of core from a seeded shuffle buffer of at most
+``buffer_rows`` rows per class, filled from the class's row groups taken in a freshly
+shuffled order on every pass. When a chunk needs more rows than the buffer has left, the
+rows left are kept, row groups are read until the buffer is full again (at most one pass
+over the class), and the whole buffer is permuted: memory stays at about
+``buffer_rows`` rows per class plus one Parquet row group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from bigrate.data.format import RowBlock
+
+
+def holdout_mask(row_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Rows held out for calibration: a deterministic hash of (row_id, seed) below
+    ``fraction``, the same in memory, streaming and on every worker."""
+    if fraction <= 0:
+        return np.zeros(len(row_id), dtype=bool)
+    with np.errstate(over="ignore"):
+        h = row_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        h ^= np.uint64((seed * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF)
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(29)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
+
+
+def steps_per_epoch(n_pos: int, n_neg: int, mode: str) -> int:
+    if mode == "balanced":
+        return 2 * max(n_pos, n_neg)
+    if mode == "uniform":
+        return n_pos + n_neg
+    if mode == "pairs":
+        return max(n_pos, n_neg)
+    raise ValueError(mode)
+
+
+def _class_mask(rng: np.random.Generator, steps: int, mode: str, p_pos: float) -> np.ndarray:
+    """True where a step draws a positive."""
+    if mode == "balanced":
+        return rng.random(steps) < 0.5
+    return rng.random(steps) < p_pos
+
+
+class _Cycle:
+    """Indices 0..n-1 in a fresh seeded permutation per pass, taken k at a time."""
+
+    def __init__(self, items: np.ndarray, rng: np.random.Generator):
+        self.items, self.rng = items, rng
+        self.perm = rng.permutation(items)
+        self.pos = 0
+
+    def take(self, k: int) -> np.ndarray:
+        out = []
+        while k > 0:
+            if self.pos == len(self.perm):
+                self.perm = self.rng.permutation(self.items)
+                self.pos = 0
+            m = min(k, len(self.perm) - self.pos)
+            out.append(self.perm[self.pos : self.pos + m])
+            self.pos += m
+            k -= m
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+class InMemorySampler:
+    """Sampler over a CSR matrix in memory: chunks index the full matrix, no copies."""
+
+    def __init__(self, X: sp.csr_matrix, y: np.ndarray, mode: str, seed, *,
+                 rows: np.ndarray | None = None):
+        self.X, self.y, self.mode = X, y, mode
+        self.rng = np.random.default_rng(seed)
+        rows = np.arange(len(y)) if rows is None else rows
+        pos = rows[y[rows] > 0]
+        neg = rows[y[rows] < 0]
+        self.n_pos, self.n_neg = len(pos), len(neg)
+        self.pos = _Cycle(pos.astype(np.int64), self.rng)
+        self.neg = _Cycle(neg.astype(np.int64), self.rng)
+
+    def next(self, steps: int):
+        """(X, y, order) for ``steps`` steps; with mode 'pairs', order is (pos, neg)."""
+        if self.mode == "pairs":
+            return self.X, self.y, (self.pos.take(steps), self.neg.take(steps))
+        is_pos = _class_mask(self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg))
+        order = np.empty(steps, dtype=np.int64)
+        k = int(is_pos.sum())
+        order[is_pos] = self.pos.take(k)
+        order[~is_pos] = self.neg.take(steps - k)
+        return self.X, self.y, order
+
+
+class _ShardClassStream:
+    """Rows of one class streamed from its shard row groups through a shuffle buffer."""
+
+    def __init__(self, dataset, units, buffer_rows: int, batch_rows: int,
+                 rng: np.random.Generator, holdout: tuple[float, int] | None):
+        if not units:
+            raise ValueError("empty shard list: this class has no row groups to read")
+        self.ds, self.units = dataset, list(units)
+        self.buffer_rows, self.batch_rows = buffer_rows, batch_rows
+        self.rng, self.holdout = rng, holdout
+        self.queue: list = []
+        self.buf: RowBlock | None = None
+        self.at = 0
+        self.passes = 0
+
+    def _read_unit(self) -> RowBlock | None:
+        if not self.queue:
+            self.queue = [self.units[i] for i in self.rng.permutation(len(self.units))]
+            self.passes += 1
+        shard, rg = self.queue.pop()
+        blocks = list(self.ds.iter_file(shard, self.batch_rows, row_groups=[rg]))
+        if not blocks:
+            return None
+        block = RowBlock.concat(blocks)
+        if self.holdout is not None:
+            keep = ~holdout_mask(block.row_id, *self.holdout)
+            block = block.take(keep)
+        return block
+
+    def _refill(self) -> None:
+        """Keep the rows not yet drawn, add row groups (at most one pass over the class)
+        up to ``buffer_rows`` rows, and permute."""
+        parts = []
+        if self.buf is not None and self.at < len(self.buf):
+            parts.append(self.buf.take(np.arange(self.at, len(self.buf))))
+        have = sum(len(p) for p in parts)
+        read = 0
+        while have < self.buffer_rows and read < len(self.units):
+            b = self._read_unit()
+            read += 1
+            if b is not None and len(b):
+                parts.append(b)
+                have += len(b)
+        if have == 0:
+            raise ValueError("this class has no rows left after the calibration hold-out")
+        merged = RowBlock.concat(parts)
+        self.buf = merged.take(self.rng.permutation(len(merged)))
+        self.at = 0
+
+    def take(self, k: int) -> RowBlock:
+        out = []
+        while k > 0:
+            left = 0 if self.buf is None else len(self.buf) - self.at
+            if left < k:
+                self._refill()
+                left = len(self.buf) - self.at
+            m = min(k, left)
+            out.append(self.buf.take(np.arange(self.at, self.at + m)))
+            self.at += m
+            k -= m
+        return RowBlock.concat(out)
+
+
+def row_group_units(files) -> list:
+    """(shard file, row group) pairs: the unit of out-of-core reading and of work
+    assignment to workers."""
+    return [(f, g) for f in files for g in range(f.row_groups)]
+
+
+class ShardSampler:
+    """Out-of-core sampler over the shards of one split (or of given row-group units).
+
+    Each chunk is a freshly built CSR of the drawn rows in step order (``order`` is
+    ``arange``), with their ``row_id``s kept in ``last_row_ids`` for replay and tests.
+    """
+
+    def __init__(self, dataset, mode: str, seed, *, split: str = "train", units=None,
+                 buffer_rows: int = 65_536, batch_rows: int = 32_768,
+                 holdout: tuple[float, int] | None = None):
+        self.ds, self.mode = dataset, mode
+        self.rng = np.random.default_rng(seed)
+        if units is None:
+            units = row_group_units(dataset.files(split))
+        pos = [u for u in units if u[0].cls == "pos"]
+        neg = [u for u in units if u[0].cls == "neg"]
+        if not pos or not neg:
+            raise ValueError(
+                f"{dataset.path}: the shards given hold {len(pos)} positive and {len(neg)} "
+                "negative row groups; both classes are needed"
+            )
+        self.n_pos = sum(f.rows for f in {u[0] for u in pos})
+        self.n_neg = sum(f.rows for f in {u[0] for u in neg})
+        self.pos = _ShardClassStream(dataset, pos, buffer_rows, batch_rows, self.rng, holdout)
+        self.neg = _ShardClassStream(dataset, neg, buffer_rows, batch_rows, self.rng, holdout)
+        self.last_row_ids: np.ndarray | None = None
+
+    def next(self, steps: int):
+        if self.mode == "pairs":
+            p, n = self.pos.take(steps), self.neg.take(steps)
+            both = RowBlock.concat([p, n])
+            self.last_row_ids = both.row_id
+            return both.X, both.y, (np.arange(steps, dtype=np.int64),
+                                    np.arange(steps, 2 * steps, dtype=np.int64))
+        is_pos = _class_mask(self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg))
+        k = int(is_pos.sum())
+        p, n = self.pos.take(k), self.neg.take(steps - k)
+        both = RowBlock.concat([b for b in (p, n) if len(b)])
+        order = np.empty(steps, dtype=np.int64)
+        order[is_pos] = np.arange(k)
+        order[~is_pos] = np.arange(k, steps)
+        self.last_row_ids = both.row_id[order]
+        return both.X, both.y, order

@@ -1,0 +1,633 @@
+"""Stochastic Neyman-Pearson and q-value linear classifiers (Gasso et al. 2011).
+
+**NP** (Alg. 4): minimise lambda_c/2 ||w||^2 + Pnd_hat(f) subject to Pfa_hat(f) <= rho,
+with f(x) = <w, x> + b and Pnd_hat, Pfa_hat the mean surrogate losses (sigmoid or ramp)
+of the positives and of the negatives, by stochastic descent on (w, b) and multiplicative
+ascent on the multiplier lambda of the Lagrangian
+
+    L(f, lambda) = lambda_c/2 ||w||^2 + Pnd_hat(f) + lambda (Pfa_hat(f) - rho).
+
+**q-value** (sec. 4): maximise detections subject to Pfa <= q (1 - Pnd), with the
+Lagrangian (13) L = lambda_c/2 ||w||^2 + (1 + lambda q) Pnd_hat + lambda (Pfa_hat - q),
+one positive and one negative per step.
+
+The per-step updates are in :mod:`bigrate.linear._kernels`; sampling in
+:mod:`bigrate.linear.sampler`. The learners fit in-memory arrays or stream a
+:class:`~bigrate.ShardedDataset` (never loading it whole); the Dask engine
+(:mod:`bigrate.engines.dask`) runs the same steps on workers over their own shards.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from bigrate.data.format import RowBlock
+from bigrate.data.reader import ShardedDataset
+from bigrate.errors import BigrateWarning
+from bigrate.linear import _kernels as K
+from bigrate.linear.sampler import (
+    InMemorySampler,
+    ShardSampler,
+    holdout_mask,
+    row_group_units,
+    steps_per_epoch,
+)
+from bigrate.losses import loss_code
+from bigrate.metrics import Confusion, np_umbrella_threshold
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Everything a worker needs to run steps: plain numbers, picklable."""
+
+    mode: str  # "balanced" | "uniform" | "pairs"
+    w_pos: float
+    w_neg: float
+    lambda_c: float
+    gamma0: float
+    nu: float
+    target: float  # rho, or q for the q-value learner
+    eta: float
+    loss: int
+    intercept_rate: float
+
+
+def run_steps(cfg: KernelConfig, v: np.ndarray, state: np.ndarray, X: sp.csr_matrix,
+              y: np.ndarray, order, stats: np.ndarray) -> None:
+    """Run the steps of one chunk in place on (v, state); raise on divergence."""
+    indptr, indices, data = X.indptr, X.indices, X.data
+    if cfg.mode == "pairs":
+        status = K.qvalue_sgd_steps(indptr, indices, data, order[0], order[1], v, state,
+                                    cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
+                                    cfg.loss, cfg.intercept_rate, stats)
+    else:
+        status = K.np_sgd_steps(indptr, indices, data, y, order, cfg.w_pos, cfg.w_neg, v,
+                                state, cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
+                                cfg.loss, cfg.intercept_rate, stats)
+    if status == K.NON_FINITE:
+        raise FloatingPointError(
+            f"training diverged at step {int(state[3])}: w, b or the multiplier became "
+            f"non-finite; lower gamma0 (now {cfg.gamma0:g}) or nu (now {cfg.nu:g})"
+        )
+
+
+def local_round(dataset_path: str, units: list, cfg: KernelConfig, w: np.ndarray, b: float,
+                lam: float, t: float, steps: int, seed, buffer_rows: int, batch_rows: int,
+                holdout) -> dict:
+    """One worker's share of a distributed round: ``steps`` steps from the global state
+    over its own row-group ``units``, read from ``dataset_path`` on the worker."""
+    ds = ShardedDataset(dataset_path)
+    sampler = ShardSampler(ds, cfg.mode, seed, units=units, buffer_rows=buffer_rows,
+                           batch_rows=batch_rows, holdout=holdout)
+    v = np.array(w, dtype=np.float64)
+    state = np.array([1.0, b, lam, t])
+    stats = np.zeros(6)
+    done = 0
+    while done < steps:
+        k = min(8192, steps - done)
+        X, y, order = sampler.next(k)
+        run_steps(cfg, v, state, X, y, order, stats)
+        done += k
+    return {"w": v * state[0], "b": float(state[1]), "lam": float(state[2]),
+            "t": float(state[3]), "stats": stats, "pid": os.getpid()}
+
+
+def _is_dataset(X) -> bool:
+    return isinstance(X, (ShardedDataset, str, os.PathLike))
+
+
+class _StochasticRateBase(ClassifierMixin, BaseEstimator):
+    """Shared machinery of the NP and q-value SGD learners."""
+
+    _parameter_constraints: dict = {
+        "loss": [StrOptions({"sigmoid", "ramp"})],
+        "eta": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "gamma0": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "nu": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "lambda0": [Interval(Real, 0, None, closed="neither")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "warm_start": ["boolean"],
+        "batch_rows": [Interval(Integral, 1, None, closed="left")],
+        "buffer_rows": [Interval(Integral, 1, None, closed="left")],
+        "split": [str],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    _mode_for = None  # set by subclasses
+
+    # ---------------------------------------------------------------- data
+    def _labels(self, y) -> np.ndarray:
+        y = np.asarray(y)
+        kind = type_of_target(y, input_name="y", raise_unknown=True)
+        if kind not in ("binary", "multiclass"):
+            raise ValueError(f"Unknown label type: y must be two class labels, got target "
+                             f"type {kind!r} (continuous values are not labels)")
+        classes = np.unique(y)
+        if len(classes) != 2:
+            raise ValueError(
+                f"Only binary classification is supported: y must have exactly two classes; "
+                f"got {len(classes)} class(es): {classes[:10].tolist()}"
+            )
+        self.classes_ = classes
+        return np.where(y == classes[1], 1, -1).astype(np.int8)
+
+    def _in_memory(self, X, y):
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
+                             ensure_all_finite=True)
+        y8 = self._labels(y)
+        self._sparse_input = sp.issparse(X)
+        X = sp.csr_matrix(X)
+        if X.indices.dtype != np.int32 and X.nnz < 2**31:
+            X.indices = X.indices.astype(np.int32)
+        X.sort_indices()
+        return X, y8
+
+    # ---------------------------------------------------------------- defaults
+    def _resolve(self, n_pos: int, n_neg: int, mean_sq_norm: float,
+                 sparse: bool) -> KernelConfig:
+        mode = self._mode()
+        gamma0 = (0.1 / max(mean_sq_norm, 1e-12)) if self.gamma0 == "auto" else float(self.gamma0)
+        if gamma0 * self.alpha >= 1.0:
+            raise ValueError(
+                f"gamma0 * alpha must be < 1 so that the decay (1 - gamma alpha) stays "
+                f"positive; got gamma0={gamma0:g}, alpha={self.alpha:g}"
+            )
+        nu = min(10.0 / max(n_neg, 1), 0.5 * gamma0) if self.nu == "auto" else float(self.nu)
+        n = n_pos + n_neg
+        if mode == "uniform":
+            w_pos, w_neg = n / n_pos, n / n_neg
+        else:
+            w_pos, w_neg = 1.0, 1.0
+        self.gamma0_, self.nu_ = gamma0, nu
+        if self.eta == "auto":
+            eta = 5.0 if self.loss == "sigmoid" else 0.4
+        else:
+            eta = float(self.eta)
+        self.eta_ = eta
+        return KernelConfig(mode=mode, w_pos=w_pos, w_neg=w_neg, lambda_c=float(self.alpha),
+                            gamma0=gamma0, nu=nu, target=self._target(), eta=eta,
+                            loss=loss_code(self.loss),
+                            intercept_rate=(0.0 if not self.fit_intercept
+                                            else 0.01 if sparse else 1.0))
+
+    def _init_state(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.warm_start and hasattr(self, "coef_"):
+            if self.coef_.shape[1] != n_features:
+                raise ValueError(
+                    f"warm_start: the model has {self.coef_.shape[1]} features, the data "
+                    f"has {n_features}"
+                )
+            v = self.coef_.ravel().astype(np.float64).copy()
+            state = np.array([1.0, float(self.intercept_[0]), float(self.multiplier_),
+                              float(self.t_)])
+        else:
+            v = np.zeros(n_features)
+            state = np.array([1.0, 0.0, float(self.lambda0), 0.0])
+            self.history_ = []
+        return v, state
+
+    # ---------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Fit on arrays ``(X, y)`` (dense or sparse; two classes, the larger label
+        positive: +1 of {-1, +1}, 1 of {0, 1}) or stream a ShardedDataset / its path
+        (``y`` None; rows of ``self.split``)."""
+        self._check_own_params()
+        t0 = time.perf_counter()
+        if _is_dataset(X):
+            if y is not None:
+                raise ValueError("y must be None when X is a ShardedDataset or a path")
+            self._fit_stream(X if isinstance(X, ShardedDataset) else ShardedDataset(X))
+        else:
+            if y is None:
+                raise ValueError(f"{type(self).__name__} requires y to be passed, but the "
+                                 "target y is None (y may be omitted only when X is a "
+                                 "ShardedDataset or its path)")
+            self._fit_arrays(*self._in_memory(X, y))
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def _fit_arrays(self, X, y):
+        rid = np.arange(X.shape[0], dtype=np.int64)
+        train_rows = rid
+        held = self._holdout_rows(rid, y)
+        if held is not None:
+            train_rows = rid[~held]
+        n_pos = int((y[train_rows] > 0).sum())
+        n_neg = int((y[train_rows] < 0).sum())
+        if n_pos == 0 or n_neg == 0:
+            raise ValueError("both classes need training rows after the calibration hold-out")
+        msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
+        cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
+        sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows)
+        self._train(cfg, X.shape[1], sampler, n_pos, n_neg)
+        if held is not None:
+            neg = held & (y < 0)
+            self._calibrate(K.decision_csr(X.indptr, X.indices, X.data, self.coef_.ravel(),
+                                           0.0)[neg])
+
+    def _fit_stream(self, ds: ShardedDataset):
+        cfg, n_pos, n_neg, holdout = self._prepare_stream(ds)
+        sampler = ShardSampler(ds, cfg.mode, self._seed(), split=self.split,
+                               buffer_rows=self.buffer_rows, batch_rows=self.batch_rows,
+                               holdout=holdout)
+        self._train(cfg, ds.n_features, sampler, n_pos, n_neg)
+        self._finish_stream(ds, holdout)
+
+    def _prepare_stream(self, ds: ShardedDataset):
+        """Validate the dataset and resolve the defaults from it: (config, n+, n- used for
+        training, calibration hold-out or None). Used in-process and by the engines."""
+        self._check_own_params()
+        if not ds.files(self.split):
+            raise ValueError(f"{ds.path}: empty shard list for split {self.split!r}")
+        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] != ds.n_features:
+            raise ValueError(
+                f"warm_start: the model has {self.coef_.shape[1]} features, the dataset "
+                f"{ds.path} has {ds.n_features}"
+            )
+        self.classes_ = np.array([-1, 1])
+        self.n_features_in_ = ds.n_features
+        counts = ds.class_counts(self.split)
+        frac = self._holdout_fraction()
+        n_pos = counts["pos"]
+        n_neg = int(round(counts["neg"] * (1 - frac)))
+        # mean squared row norm from the first row group of each class
+        sq, rows = 0.0, 0
+        for cls in ("pos", "neg"):
+            f = ds.files(self.split, cls)[0]
+            for b in ds.iter_file(f, self.batch_rows, row_groups=[0]):
+                sq += K.sq_norm_sum(b.X.indptr, b.X.data)
+                rows += len(b)
+                break
+        cfg = self._resolve(n_pos, n_neg, sq / max(rows, 1), sparse=True)
+        holdout = (frac, self._seed_int()) if frac > 0 else None
+        return cfg, n_pos, n_neg, holdout
+
+    def _finish_stream(self, ds: ShardedDataset, holdout) -> None:
+        """Calibrate on the held-out negatives (one streaming pass), if any."""
+        if holdout is None:
+            return
+        scores = []
+        for b in ds.iter_batches(self.split, "neg", batch_rows=self.batch_rows):
+            keep = holdout_mask(b.row_id, *holdout)
+            if keep.any():
+                Xh = b.X[keep]
+                scores.append(K.decision_csr(Xh.indptr, Xh.indices, Xh.data,
+                                             self.coef_.ravel(), 0.0))
+        self._calibrate(np.concatenate(scores) if scores else np.empty(0))
+
+    def _train(self, cfg: KernelConfig, n_features: int, sampler, n_pos: int, n_neg: int):
+        v, state = self._init_state(n_features)
+        per_epoch = steps_per_epoch(n_pos, n_neg, cfg.mode)
+        chunk = 8192
+        for epoch in range(self.epochs):
+            stats = np.zeros(6)
+            te = time.perf_counter()
+            done = 0
+            while done < per_epoch:
+                k = min(chunk, per_epoch - done)
+                X, y, order = sampler.next(k)
+                run_steps(cfg, v, state, X, y, order, stats)
+                done += k
+            self._record(epoch, stats, state, time.perf_counter() - te, per_epoch)
+        self._set_fitted(v * state[0], state, cfg)
+
+    def _record(self, epoch, stats, state, seconds, steps):
+        n_neg, s_neg, fa, n_pos, s_pos, miss = stats
+        rec = {
+            "epoch": len(self.history_) + 1,
+            "steps": int(steps),
+            "pfa": fa / n_neg if n_neg else float("nan"),
+            "pnd": miss / n_pos if n_pos else float("nan"),
+            "lambda": float(state[2]),
+            "loss_neg": s_neg / n_neg if n_neg else float("nan"),
+            "loss_pos": s_pos / n_pos if n_pos else float("nan"),
+            "seconds": seconds,
+        }
+        self.history_.append(rec)
+        if self.verbose:
+            print(f"[bigrate] {type(self).__name__} epoch {rec['epoch']}: "
+                  f"Pfa {rec['pfa']:.4f} Pnd {rec['pnd']:.4f} lambda {rec['lambda']:.4g} "
+                  f"({seconds:.2f}s)", flush=True)
+
+    def _set_fitted(self, w: np.ndarray, state: np.ndarray, cfg: KernelConfig):
+        if not np.isfinite(w).all():
+            raise FloatingPointError("training diverged: non-finite weights; lower gamma0")
+        self.coef_ = w.reshape(1, -1)
+        self.intercept_ = np.array([float(state[1])])
+        self.multiplier_ = float(state[2])
+        self.t_ = float(state[3])
+        self.config_ = asdict(cfg)
+        self.threshold_shift_ = 0.0
+
+    # ---------------------------------------------------------------- calibration
+    def _holdout_fraction(self) -> float:
+        return 0.0
+
+    def _holdout_rows(self, rid, y):
+        frac = self._holdout_fraction()
+        if frac <= 0:
+            return None
+        return holdout_mask(rid, frac, self._seed_int()) & (y < 0)
+
+    def _calibrate(self, neg_scores):  # overridden where calibration exists
+        pass
+
+    # ---------------------------------------------------------------- seeds
+    def _seed(self):
+        rs = self.random_state
+        if isinstance(rs, np.random.RandomState):
+            return rs.randint(0, 2**31 - 1)
+        return rs
+
+    def _seed_int(self) -> int:
+        rs = self.random_state
+        return int(rs) if isinstance(rs, (int, np.integer)) else 0
+
+    # ---------------------------------------------------------------- prediction
+    def decision_function(self, X) -> np.ndarray:
+        """f(x) = <coef_, x> + intercept_ for every row (arrays, CSR or a RowBlock)."""
+        check_is_fitted(self, "coef_")
+        if isinstance(X, RowBlock):
+            X = X.X
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32], ensure_all_finite=True)
+        if sp.issparse(X):
+            X = sp.csr_matrix(X)
+            return K.decision_csr(X.indptr, X.indices, X.data, self.coef_.ravel(),
+                                  float(self.intercept_[0]))
+        return X @ self.coef_.ravel() + self.intercept_[0]
+
+    def predict(self, X) -> np.ndarray:
+        """classes_[1] (positive) where f(x) >= 0, else classes_[0]."""
+        check_is_fitted(self, "coef_")
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+
+    def score_confusion(self, X, y=None, split: str = "test") -> Confusion:
+        """Pfa / Pnd counts on arrays or (streaming) on a split of a dataset."""
+        check_is_fitted(self, "coef_")
+        if _is_dataset(X):
+            from bigrate.metrics import evaluate_stream
+
+            ds = X if isinstance(X, ShardedDataset) else ShardedDataset(X)
+            return evaluate_stream(self.decision_function, ds, split)
+        yy = np.where(np.asarray(y) == self.classes_[1], 1, -1)
+        return Confusion.of(yy, self.decision_function(X))
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path):
+        """Save as plain data (npz + JSON) in directory ``path``, atomically."""
+        from bigrate.io import save_model
+
+        check_is_fitted(self, "coef_")
+        return save_model(
+            self, path,
+            arrays={"coef": self.coef_, "intercept": self.intercept_, "classes": self.classes_},
+            fitted={"multiplier": self.multiplier_, "t": self.t_, "history": self.history_,
+                    "config": self.config_, "n_features_in": self.n_features_in_,
+                    "threshold_shift": self.threshold_shift_,
+                    "gamma0": self.gamma0_, "nu": self.nu_, "eta": self.eta_},
+        )
+
+    def _restore(self, arrays: dict, fitted: dict) -> None:
+        self.coef_ = arrays["coef"]
+        self.intercept_ = arrays["intercept"]
+        self.classes_ = arrays["classes"]
+        self.multiplier_ = fitted["multiplier"]
+        self.t_ = fitted["t"]
+        self.history_ = fitted["history"]
+        self.config_ = fitted["config"]
+        self.n_features_in_ = fitted["n_features_in"]
+        self.threshold_shift_ = fitted["threshold_shift"]
+        self.gamma0_, self.nu_, self.eta_ = fitted["gamma0"], fitted["nu"], fitted["eta"]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        tags.input_tags.sparse = True
+        return tags
+
+    def _check_own_params(self):
+        pass
+
+
+class NeymanPearsonSGD(_StochasticRateBase):
+    """Linear Neyman-Pearson classifier trained by stochastic gradient (Gasso et al.
+    2011, Algorithm 4): minimise the miss rate subject to a false-alarm rate <= rho.
+
+    Objective, with l the sigmoid l(z) = 1/(1 + exp(eta z)) or ramp surrogate::
+
+        min_{w,b}  alpha/2 ||w||^2 + mean_{y=+1} l(f(x))
+        s.t.       mean_{y=-1} l(-f(x)) <= rho,          f(x) = <w, x> + b
+
+    solved as the saddle point of the Lagrangian by SGD on (w, b) and the multiplicative
+    update lambda <- lambda (1 + nu (l(-f(x)) - rho)) on every negative.
+
+    Parameters
+    ----------
+    rho : float in (0, 1), default 0.05
+        Target false-alarm rate.
+    loss : {"sigmoid", "ramp"}, default "sigmoid"
+    eta : float > 0 or "auto", default "auto"
+        The sigmoid's sharpness (l(z) = 1/(1 + exp(eta z))) or the ramp's half-width
+        (l linear on [-eta, eta]); see :mod:`bigrate.losses`. "auto" is 5 for the sigmoid
+        and 0.4 for the ramp (the same slope 1.25 at z = 0). The surrogate constraint
+        mean l(-f) <= rho asks for negative margins of a few times 1/slope, so a steep
+        loss needs smaller weights on unit-norm rows; slope 1.25 works on L2-normalised
+        sparse rows and standardised dense features alike (the sigmoid with eta = 1 is
+        often too soft there).
+    alpha : float > 0, default 1e-4
+        The regulariser lambda_c = 1/C; also sets the learning-rate decay
+        gamma_t = gamma0 / (1 + alpha t).
+    gamma0 : float or "auto", default "auto"
+        Initial learning rate; "auto" is 0.1 / mean ||x||^2 over the training rows (the
+        paper's gamma0 = 0.1 for ||x|| ~ 1, rescaled so the first steps move w by a
+        comparable amount on standardised dense features, where ||x||^2 ~ d).
+    nu : float or "auto", default "auto"
+        Multiplier gain; "auto" is min(10 / n-, gamma0 / 2): proportional to 1 / n- and
+        smaller than the learning rate, as the paper advises.
+    lambda0 : float > 0, default 1.0
+        Initial multiplier (1 weighs the classes equally under balanced sampling).
+    epochs : int, default 10
+        An epoch is 2 * max(n+, n-) steps with balanced sampling, n otherwise.
+    balanced : bool, default True
+        Draw each class with probability 1/2 (example weights 1 and lambda) instead of
+        uniformly (weights n/n+ and lambda n/n-).
+    calibrate : {None, "umbrella"}, default None
+        "umbrella": hold out ``calibration_fraction`` of the negatives from training and
+        shift the intercept to the NP umbrella threshold of their scores
+        (:func:`bigrate.metrics.np_umbrella_threshold`), so that the test false-alarm rate
+        is <= rho with probability >= 1 - delta.
+    calibration_fraction : float in (0, 1), default 0.3
+    delta : float in (0, 1), default 0.05
+    fit_intercept, warm_start : bool
+    batch_rows, buffer_rows : int
+        Streaming only: rows per Parquet read and the per-class shuffle buffer.
+    split : str, default "train"
+        The split streamed when fitting a ShardedDataset.
+    random_state : int, RandomState or None
+    verbose : int
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (1, n_features)
+    intercept_ : ndarray of shape (1,)
+    multiplier_ : float
+        The Lagrange multiplier lambda at the end of training.
+    history_ : list of dict
+        Per epoch: pfa, pnd (progressive: margins of the sampled examples before each
+        update), lambda, loss_neg, loss_pos, steps, seconds.
+    classes_ : ndarray of shape (2,)
+        classes_[1] is the positive class.
+
+    Notes
+    -----
+    Pfa counts negatives with f >= 0 and Pnd positives with f <= 0 (see
+    :mod:`bigrate.metrics`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import NeymanPearsonSGD
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(1, 1, (500, 2)), rng.normal(-1, 1, (500, 2))]
+    >>> y = np.r_[np.ones(500), -np.ones(500)]
+    >>> clf = NeymanPearsonSGD(rho=0.05, random_state=0).fit(X, y)
+    >>> pfa = float(np.mean(clf.decision_function(X[y < 0]) >= 0))
+    >>> pfa <= 0.08
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_StochasticRateBase._parameter_constraints,
+        "rho": [Interval(Real, 0, 1, closed="neither")],
+        "balanced": ["boolean"],
+        "calibrate": [StrOptions({"umbrella"}), None],
+        "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
+    }
+
+    def __init__(self, *, rho=0.05, loss="sigmoid", eta="auto", alpha=1e-4, gamma0="auto",
+                 nu="auto", lambda0=1.0, epochs=10, balanced=True, calibrate=None,
+                 calibration_fraction=0.3, delta=0.05, fit_intercept=True, warm_start=False,
+                 batch_rows=32_768, buffer_rows=65_536, split="train", random_state=None,
+                 verbose=0):
+        self.rho = rho
+        self.loss = loss
+        self.eta = eta
+        self.alpha = alpha
+        self.gamma0 = gamma0
+        self.nu = nu
+        self.lambda0 = lambda0
+        self.epochs = epochs
+        self.balanced = balanced
+        self.calibrate = calibrate
+        self.calibration_fraction = calibration_fraction
+        self.delta = delta
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.batch_rows = batch_rows
+        self.buffer_rows = buffer_rows
+        self.split = split
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _mode(self) -> str:
+        return "balanced" if self.balanced else "uniform"
+
+    def _target(self) -> float:
+        return float(self.rho)
+
+    def _holdout_fraction(self) -> float:
+        return float(self.calibration_fraction) if self.calibrate == "umbrella" else 0.0
+
+    def _calibrate(self, neg_scores):
+        """Shift the intercept so that f >= 0 exactly when <w, x> exceeds the umbrella
+        threshold t of the held-out negatives' scores."""
+        t = np_umbrella_threshold(neg_scores, self.rho, self.delta)
+        b_new = -np.nextafter(t, np.inf)
+        self.threshold_shift_ = float(b_new - self.intercept_[0])
+        self.intercept_ = np.array([b_new])
+        self.n_calibration_ = int(len(neg_scores))
+
+    def _record(self, epoch, stats, state, seconds, steps):
+        super()._record(epoch, stats, state, seconds, steps)
+        if epoch == self.epochs - 1 and self.calibrate is None:
+            last = self.history_[-1]
+            if last["pfa"] > 1.5 * self.rho + 0.01:
+                warnings.warn(
+                    f"the training false-alarm rate after the last epoch is "
+                    f"{last['pfa']:.4f}, above rho={self.rho}: raise epochs (now "
+                    f"{self.epochs}) or nu (now {self.nu_:g}), or use calibrate='umbrella'",
+                    BigrateWarning, stacklevel=4,
+                )
+
+
+class QValueSGD(_StochasticRateBase):
+    """Linear classifier maximising detections at a q-value threshold (Gasso et al.
+    2011, sec. 4): minimise Pnd subject to Pfa <= q (1 - Pnd), by SGD on pairs of one
+    positive and one negative and the update
+    lambda <- lambda (1 + nu (l(-f(x-)) - q (1 - l(f(x+))))).
+
+    For target/decoy data (proteomics), positives are targets and negatives decoys;
+    evaluate with :func:`bigrate.metrics.positives_at_q`. Parameters are those of
+    :class:`NeymanPearsonSGD` with ``q`` in place of ``rho`` (no balanced or calibrate
+    options: every step draws one example of each class; an epoch is max(n+, n-) pairs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import QValueSGD
+    >>> from bigrate.metrics import positives_at_q
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(1, 1, (400, 3)), rng.normal(-1, 1, (400, 3))]
+    >>> y = np.r_[np.ones(400), -np.ones(400)]
+    >>> clf = QValueSGD(q=0.05, random_state=0).fit(X, y)
+    >>> positives_at_q(y, clf.decision_function(X), 0.05) > 100
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_StochasticRateBase._parameter_constraints,
+        "q": [Interval(Real, 0, 1, closed="neither")],
+    }
+
+    def __init__(self, *, q=0.01, loss="sigmoid", eta="auto", alpha=1e-4, gamma0="auto",
+                 nu="auto", lambda0=1.0, epochs=10, fit_intercept=True, warm_start=False,
+                 batch_rows=32_768, buffer_rows=65_536, split="train", random_state=None,
+                 verbose=0):
+        self.q = q
+        self.loss = loss
+        self.eta = eta
+        self.alpha = alpha
+        self.gamma0 = gamma0
+        self.nu = nu
+        self.lambda0 = lambda0
+        self.epochs = epochs
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.batch_rows = batch_rows
+        self.buffer_rows = buffer_rows
+        self.split = split
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _mode(self) -> str:
+        return "pairs"
+
+    def _target(self) -> float:
+        return float(self.q)

@@ -1,0 +1,175 @@
+"""Rate metrics for rate-constrained classification.
+
+Conventions (Gasso et al. 2011; ``../shared/docs/algorithms.md``): labels y in {+1, -1},
+decision values f. A negative is a **false alarm** when f >= 0 and a positive is a
+**non-detection** (miss) when f <= 0: a tie at exactly 0 counts as an error for both
+rates (the conservative reading), while ``predict`` returns +1 for f >= 0.
+
+Everything here also works streaming: :class:`Confusion` counts are mergeable, and
+:func:`evaluate_stream` scores a :class:`~bigrate.ShardedDataset` batch by batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import binom
+
+__all__ = [
+    "Confusion",
+    "evaluate_stream",
+    "j_val",
+    "np_umbrella_order",
+    "np_umbrella_threshold",
+    "pfa_pnd",
+    "positives_at_q",
+    "qvalues",
+    "roc_points",
+]
+
+
+def _check(y, f):
+    y = np.asarray(y).ravel()
+    f = np.asarray(f, dtype=np.float64).ravel()
+    if y.shape != f.shape:
+        raise ValueError(f"y and scores differ in length: {y.shape[0]} vs {f.shape[0]}")
+    if not np.isin(y, (-1, 1)).all():
+        raise ValueError(f"labels must be +1 / -1, got {np.unique(y)[:5]}")
+    if not np.isfinite(f).all():
+        raise ValueError("scores contain NaN or infinity")
+    return y, f
+
+
+@dataclass
+class Confusion:
+    """Mergeable counts: negatives, false alarms (f >= 0), positives, misses (f <= 0)."""
+
+    n_neg: int = 0
+    false_alarms: int = 0
+    n_pos: int = 0
+    misses: int = 0
+
+    @classmethod
+    def of(cls, y, f) -> Confusion:
+        y, f = _check(y, f)
+        neg, pos = y < 0, y > 0
+        return cls(int(neg.sum()), int((f[neg] >= 0).sum()), int(pos.sum()),
+                   int((f[pos] <= 0).sum()))
+
+    def __add__(self, o: Confusion) -> Confusion:
+        return Confusion(self.n_neg + o.n_neg, self.false_alarms + o.false_alarms,
+                         self.n_pos + o.n_pos, self.misses + o.misses)
+
+    @property
+    def pfa(self) -> float:
+        return self.false_alarms / self.n_neg if self.n_neg else float("nan")
+
+    @property
+    def pnd(self) -> float:
+        return self.misses / self.n_pos if self.n_pos else float("nan")
+
+    def j_val(self, rho: float) -> float:
+        return j_val(self.pfa, self.pnd, rho)
+
+
+def pfa_pnd(y, f) -> tuple[float, float]:
+    """(false-alarm rate, non-detection rate) of decision values ``f`` on labels ``y``."""
+    c = Confusion.of(y, f)
+    return c.pfa, c.pnd
+
+
+def j_val(pfa: float, pnd: float, rho: float) -> float:
+    """The NP model-selection score of Gasso et al. sec. 5.4:
+    J = Pnd + max(0, Pfa - rho) / rho (lower is better)."""
+    if not 0 < rho < 1:
+        raise ValueError(f"rho must be in (0, 1), got {rho}")
+    return pnd + max(0.0, pfa - rho) / rho
+
+
+def qvalues(y, f, *, plus_one: bool = False) -> np.ndarray:
+    """q-value of every example: for the threshold at its score, (#negatives scoring at
+    least as high) / (#positives scoring at least as high), made monotone (Storey:
+    the minimum over all lower thresholds). ``plus_one`` uses (#neg + 1) / #pos, the
+    conservative target-decoy estimate mokapot and Percolator report.
+    Returned in the input order."""
+    y, f = _check(y, f)
+    order = np.argsort(-f, kind="stable")
+    fs, ys = f[order], y[order]
+    # group ties: cumulative counts at the end of each run of equal scores
+    npos = np.cumsum(ys > 0)
+    nneg = np.cumsum(ys < 0)
+    last = np.r_[fs[1:] != fs[:-1], True]
+    idx = np.flatnonzero(last)
+    run_end = np.searchsorted(idx, np.arange(len(fs)))
+    p = npos[idx][run_end]
+    n = nneg[idx][run_end] + (1 if plus_one else 0)
+    fdr = np.where(p > 0, n / np.maximum(p, 1), np.inf)
+    q = np.minimum.accumulate(fdr[::-1])[::-1]
+    out = np.empty_like(q)
+    out[order] = q
+    return out
+
+
+def positives_at_q(y, f, q: float, *, plus_one: bool = False) -> int:
+    """Number of positives (targets) with q-value <= q: the accepted discoveries."""
+    if not 0 < q < 1:
+        raise ValueError(f"q must be in (0, 1), got {q}")
+    y, f = _check(y, f)
+    return int(((qvalues(y, f, plus_one=plus_one) <= q) & (y > 0)).sum())
+
+
+def roc_points(y, f) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(false-alarm rates, detection rates, thresholds) for thresholds at every distinct
+    score, decreasing; a point means 'positive when f >= threshold'."""
+    y, f = _check(y, f)
+    order = np.argsort(-f, kind="stable")
+    fs, ys = f[order], y[order]
+    last = np.r_[fs[1:] != fs[:-1], True]
+    tp = np.cumsum(ys > 0)[last]
+    fp = np.cumsum(ys < 0)[last]
+    npos, nneg = max(int((y > 0).sum()), 1), max(int((y < 0).sum()), 1)
+    return np.r_[0.0, fp / nneg], np.r_[0.0, tp / npos], np.r_[np.inf, fs[last]]
+
+
+def np_umbrella_order(n: int, rho: float, delta: float) -> int:
+    """The rank k (1-based, among n sorted held-out negative scores) of the NP umbrella
+    threshold (Tong, Feng and Li 2018): the smallest k with
+    P(Binomial(n, 1 - rho) >= k) <= delta. Thresholding at the k-th smallest score
+    gives P(Pfa > rho) <= delta over the draw of the held-out negatives.
+    Raises when n is too small: n must be at least log(delta) / log(1 - rho)."""
+    if not 0 < rho < 1:
+        raise ValueError(f"rho must be in (0, 1), got {rho}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    if n < need:
+        raise ValueError(
+            f"the NP umbrella threshold needs at least {need} held-out negatives for "
+            f"rho={rho}, delta={delta}; got {n} (hold out more negatives or raise delta)"
+        )
+    k = np.arange(1, n + 1)
+    tail = binom.sf(k - 1, n, 1 - rho)  # P(B >= k)
+    ok = np.flatnonzero(tail <= delta)
+    return int(k[ok[0]])
+
+
+def np_umbrella_threshold(neg_scores, rho: float, delta: float = 0.05) -> float:
+    """Score threshold t from held-out negatives' scores such that classifying
+    'positive when score > t' has false-alarm rate at most ``rho`` with probability at
+    least 1 - ``delta`` (the nproc umbrella algorithm, Tong, Feng and Li 2018)."""
+    s = np.sort(np.asarray(neg_scores, dtype=np.float64).ravel())
+    if not np.isfinite(s).all():
+        raise ValueError("neg_scores contain NaN or infinity")
+    k = np_umbrella_order(len(s), rho, delta)
+    return float(s[k - 1])
+
+
+def evaluate_stream(decision_function, dataset, split: str = "test", *,
+                    batch_rows: int = 65_536) -> Confusion:
+    """Confusion counts of a model over a whole split of a ShardedDataset, streaming."""
+    total = Confusion()
+    for b in dataset.iter_batches(split, batch_rows=batch_rows):
+        total = total + Confusion.of(b.y, decision_function(b.X))
+    return total
