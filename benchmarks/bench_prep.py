@@ -26,7 +26,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run(code: str | None = None, args: list[str] | None = None) -> tuple[float, float, str]:
+def run(
+    code: str | None = None, args: list[str] | None = None
+) -> tuple[float, float, str]:
     """(wall seconds, peak RSS MiB, stdout) of a fresh Python process."""
     cmd = [sys.executable, "-c", code] if code is not None else [sys.executable, *args]
     t0 = time.perf_counter()
@@ -51,12 +53,30 @@ def main() -> None:
     shards = out / f"rcv1s-{a.rows}"
     svm = out / f"rcv1s-{a.rows}.svm"
     npz = out / f"rcv1s-{a.rows}.npz"
-    res: dict = {"rows": a.rows, "features": a.features, "python": sys.version.split()[0]}
+    res: dict = {
+        "rows": a.rows,
+        "features": a.features,
+        "python": sys.version.split()[0],
+    }
 
     if not (shards / "manifest.json").exists():
-        wall, rss, _ = run(args=["-m", "bigrate.cli", "prep", "synth", "--rows", str(a.rows),
-                                 "--features", str(a.features), "--out", str(shards),
-                                 "--quiet", "--split", "train=1"])
+        wall, rss, _ = run(
+            args=[
+                "-m",
+                "bigrate.cli",
+                "prep",
+                "synth",
+                "--rows",
+                str(a.rows),
+                "--features",
+                str(a.features),
+                "--out",
+                str(shards),
+                "--quiet",
+                "--split",
+                "train=1",
+            ]
+        )
         res["synth_seconds"] = wall
     if not svm.exists() or not npz.exists():
         code = f"""
@@ -64,8 +84,8 @@ import scipy.sparse as sp
 from bigrate.data import ShardedDataset
 from bigrate.data.prep.svmlight import dump_svmlight
 b = ShardedDataset({str(shards)!r}).to_csr('train')
-dump_svmlight({str(svm) + '.tmp'!r}, b.X, b.y)
-sp.save_npz({str(npz) + '.tmp.npz'!r}, b.X, compressed=False)
+dump_svmlight({str(svm) + ".tmp"!r}, b.X, b.y)
+sp.save_npz({str(npz) + ".tmp.npz"!r}, b.X, compressed=False)
 """
         run(code)
         os.replace(str(svm) + ".tmp", svm)
@@ -79,13 +99,26 @@ t = time.perf_counter(); X, y = load_svmlight_file({str(svm)!r}); t = time.perf_
 print(json.dumps({{"seconds": t, "csr_bytes": X.data.nbytes + X.indices.nbytes + X.indptr.nbytes,
                   "nnz": int(X.nnz)}}))
 """
-    base_wall, base_rss, _ = run("import sklearn.datasets, bigrate.cli, bigrate.data.prep")
+    base_wall, base_rss, _ = run(
+        "import sklearn.datasets, bigrate.cli, bigrate.data.prep"
+    )
     sk_runs, ours_runs = [], []
     for _ in range(a.repeat):
         wall, rss, txt = run(sk)
         sk_runs.append({"wall": wall, "rss": rss, **json.loads(txt)})
-        wall, rss, _ = run(args=["-m", "bigrate.cli", "prep", "svmlight", str(svm), "--out",
-                                 str(out / "prep-out"), "--overwrite", "--quiet"])
+        wall, rss, _ = run(
+            args=[
+                "-m",
+                "bigrate.cli",
+                "prep",
+                "svmlight",
+                str(svm),
+                "--out",
+                str(out / "prep-out"),
+                "--overwrite",
+                "--quiet",
+            ]
+        )
         ours_runs.append({"wall": wall, "rss": rss})
     sk_best = min(sk_runs, key=lambda r: r["wall"])
     ours_best = min(ours_runs, key=lambda r: r["wall"])

@@ -1,11 +1,13 @@
 """The ``bigrate`` command.
 
-    bigrate prep svmlight FILE... --out DIR     svmlight / LIBSVM text -> shards
-    bigrate prep csv FILE --label-column C ...  dense numeric CSV / TSV -> shards
-    bigrate prep pin FILE --out DIR             Percolator / mokapot pin -> shards
-    bigrate prep synth --rows N ... --out DIR   RCV1-shaped synthetic shards
-    bigrate prep recipe NAME --out DIR          a dataset of ../shared/data
-    bigrate info DIR [--verify] [--json]        the manifest's summary
+bigrate prep svmlight FILE... --out DIR     svmlight / LIBSVM text -> shards
+bigrate prep csv FILE --label-column C ...  dense numeric CSV / TSV -> shards
+bigrate prep pin FILE --out DIR             Percolator / mokapot pin -> shards
+bigrate prep synth --rows N ... --out DIR   RCV1-shaped synthetic shards
+bigrate prep recipe NAME --out DIR          a dataset of ../shared/data
+bigrate info DIR [--verify] [--json]        the manifest's summary
+bigrate train DIR --rho 0.05 [--engine dask|local] [--out RUN]
+                                            fit, evaluate Pfa/Pnd per split, save
 """
 
 from __future__ import annotations
@@ -27,58 +29,105 @@ def _labels(s: str | None):
 
 def _add_common(p: argparse.ArgumentParser, split_default: str | None = None) -> None:
     p.add_argument("--out", required=True, help="output dataset directory")
-    p.add_argument("--split", default=split_default,
-                   help="fractions, e.g. train=0.8,val=0.1,test=0.1")
+    p.add_argument(
+        "--split",
+        default=split_default,
+        help="fractions, e.g. train=0.8,val=0.1,test=0.1",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the stratified split")
-    p.add_argument("--l2-normalize", action="store_true", help="scale rows to unit L2 norm")
+    p.add_argument(
+        "--l2-normalize", action="store_true", help="scale rows to unit L2 norm"
+    )
     p.add_argument("--row-group-size", type=int, default=32_768)
     p.add_argument("--rows-per-file", type=int, default=262_144)
-    p.add_argument("--compression", default="snappy",
-                   choices=["snappy", "zstd", "lz4", "gzip", "none"])
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a dataset already at --out")
+    p.add_argument(
+        "--compression",
+        default="snappy",
+        choices=["snappy", "zstd", "lz4", "gzip", "none"],
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a dataset already at --out"
+    )
     p.add_argument("--name", help="dataset name recorded in the manifest")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def _add_labels(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--positive-labels", help="comma-separated source labels of the positive "
-                   "class (default: 1 of {-1,+1} or {0,1})")
-    p.add_argument("--negative-labels", help="comma-separated source labels of the negative "
-                   "class (default: every other label)")
+    p.add_argument(
+        "--positive-labels",
+        help="comma-separated source labels of the positive "
+        "class (default: 1 of {-1,+1} or {0,1})",
+    )
+    p.add_argument(
+        "--negative-labels",
+        help="comma-separated source labels of the negative "
+        "class (default: every other label)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bigrate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="bigrate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     prep = sub.add_parser("prep", help="convert data into Parquet shards")
     psub = prep.add_subparsers(dest="fmt", required=True)
 
-    p = psub.add_parser("svmlight", help="svmlight / LIBSVM files (.gz .bz2 .xz read too)")
+    p = psub.add_parser(
+        "svmlight", help="svmlight / LIBSVM files (.gz .bz2 .xz read too)"
+    )
     p.add_argument("files", nargs="+")
-    p.add_argument("--test-files", nargs="+", default=[],
-                   help="files whose rows all go to the test split")
-    p.add_argument("--zero-based", action="store_true", help="feature indices start at 0")
+    p.add_argument(
+        "--test-files",
+        nargs="+",
+        default=[],
+        help="files whose rows all go to the test split",
+    )
+    p.add_argument(
+        "--zero-based", action="store_true", help="feature indices start at 0"
+    )
     p.add_argument("--n-features", type=int, help="declared number of features")
-    p.add_argument("--chunk-mb", type=float, default=32.0,
-                   help="decompressed MiB parsed at a time (bounds memory)")
+    p.add_argument(
+        "--chunk-mb",
+        type=float,
+        default=32.0,
+        help="decompressed MiB parsed at a time (bounds memory)",
+    )
     _add_labels(p)
     _add_common(p)
 
     p = psub.add_parser("csv", help="dense numeric CSV / TSV")
     p.add_argument("file")
-    p.add_argument("--label-column", required=True,
-                   help="column name (or 0-based index with --no-header; -1 = last)")
+    p.add_argument(
+        "--label-column",
+        required=True,
+        help="column name (or 0-based index with --no-header; -1 = last)",
+    )
     p.add_argument("--group-column", help="column of subpopulation names")
-    p.add_argument("--drop-columns", default="", help="comma-separated columns to ignore")
-    p.add_argument("--no-header", action="store_true", help="the file has no header line")
-    p.add_argument("--delimiter", default=",", help="field separator (use '\\t' for TSV)")
-    p.add_argument("--skip-rows", type=int, default=0, help="lines to skip before the data")
-    p.add_argument("--na-values", default=",NA,?", help="comma-separated missing markers")
-    p.add_argument("--drop-missing", action="store_true", help="drop rows with missing cells")
-    p.add_argument("--test-file", help="a file of the same layout that becomes the test split")
+    p.add_argument(
+        "--drop-columns", default="", help="comma-separated columns to ignore"
+    )
+    p.add_argument(
+        "--no-header", action="store_true", help="the file has no header line"
+    )
+    p.add_argument(
+        "--delimiter", default=",", help="field separator (use '\\t' for TSV)"
+    )
+    p.add_argument(
+        "--skip-rows", type=int, default=0, help="lines to skip before the data"
+    )
+    p.add_argument(
+        "--na-values", default=",NA,?", help="comma-separated missing markers"
+    )
+    p.add_argument(
+        "--drop-missing", action="store_true", help="drop rows with missing cells"
+    )
+    p.add_argument(
+        "--test-file", help="a file of the same layout that becomes the test split"
+    )
     _add_labels(p)
     _add_common(p)
 
@@ -101,6 +150,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shared", help="the shared data folder (default: ../shared/data)")
     _add_common(p)
 
+    p = sub.add_parser("train", help="train a rate-constrained learner on shards")
+    p.add_argument("data", help="shard dataset directory (or fsspec URL)")
+    p.add_argument(
+        "--estimator",
+        default="NeymanPearsonSGD",
+        help="NeymanPearsonSGD (default) or QValueSGD",
+    )
+    p.add_argument("--rho", type=float, help="target false-alarm rate (NP)")
+    p.add_argument("--q", type=float, help="target q-value (QValueSGD)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other estimator parameter (repeatable)",
+    )
+    p.add_argument(
+        "--engine",
+        default="dask",
+        choices=["local", "dask"],
+        help="dask: an embedded LocalCluster on 127.0.0.1 unless --address",
+    )
+    p.add_argument("--address", help="existing Dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--workers", type=int, help="embedded cluster size")
+    p.add_argument("--out", help="run directory for the model and result.json")
+    p.add_argument("--quiet", action="store_true")
+
     p = sub.add_parser("info", help="print a dataset's manifest summary")
     p.add_argument("path")
     p.add_argument("--verify", action="store_true", help="check every file's sha256")
@@ -110,10 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _common_kw(a) -> dict:
     return dict(
-        split=a.split, seed=a.seed, l2_normalize=a.l2_normalize,
-        row_group_size=a.row_group_size, rows_per_file=a.rows_per_file,
-        compression=a.compression, overwrite=a.overwrite, progress=not a.quiet,
-        name=a.name, command=_command(),
+        split=a.split,
+        seed=a.seed,
+        l2_normalize=a.l2_normalize,
+        row_group_size=a.row_group_size,
+        rows_per_file=a.rows_per_file,
+        compression=a.compression,
+        overwrite=a.overwrite,
+        progress=not a.quiet,
+        name=a.name,
+        command=_command(),
     )
 
 
@@ -123,33 +206,100 @@ def _command() -> str:
 
 def _prep(a) -> int:
     from bigrate.data import ShardedDataset
-    from bigrate.data.prep import prep_csv, prep_pin, prep_svmlight, prep_synth, run_recipe
+    from bigrate.data.prep import (
+        prep_csv,
+        prep_pin,
+        prep_svmlight,
+        prep_synth,
+        run_recipe,
+    )
 
     kw = _common_kw(a)
     if a.fmt == "svmlight":
-        prep_svmlight(a.files, a.out, test_files=a.test_files, zero_based=a.zero_based,
-                      n_features=a.n_features, chunk_bytes=int(a.chunk_mb * 2**20),
-                      positive_labels=_labels(a.positive_labels),
-                      negative_labels=_labels(a.negative_labels), **kw)
+        prep_svmlight(
+            a.files,
+            a.out,
+            test_files=a.test_files,
+            zero_based=a.zero_based,
+            n_features=a.n_features,
+            chunk_bytes=int(a.chunk_mb * 2**20),
+            positive_labels=_labels(a.positive_labels),
+            negative_labels=_labels(a.negative_labels),
+            **kw,
+        )
     elif a.fmt == "csv":
         delim = "\t" if a.delimiter in ("\\t", "tab") else a.delimiter
-        prep_csv(a.file, a.out, label_column=a.label_column, group_column=a.group_column,
-                 drop_columns=_labels(a.drop_columns) or [], header=not a.no_header,
-                 delimiter=delim, skip_rows=a.skip_rows, na_values=a.na_values.split(","),
-                 drop_missing=a.drop_missing, test_file=a.test_file,
-                 positive_labels=_labels(a.positive_labels),
-                 negative_labels=_labels(a.negative_labels), **kw)
+        prep_csv(
+            a.file,
+            a.out,
+            label_column=a.label_column,
+            group_column=a.group_column,
+            drop_columns=_labels(a.drop_columns) or [],
+            header=not a.no_header,
+            delimiter=delim,
+            skip_rows=a.skip_rows,
+            na_values=a.na_values.split(","),
+            drop_missing=a.drop_missing,
+            test_file=a.test_file,
+            positive_labels=_labels(a.positive_labels),
+            negative_labels=_labels(a.negative_labels),
+            **kw,
+        )
     elif a.fmt == "pin":
         prep_pin(a.file, a.out, **kw)
     elif a.fmt == "synth":
         kw.pop("l2_normalize")  # synthetic rows are always L2-normalised
-        prep_synth(a.out, rows=a.rows, features=a.features, nnz=a.nnz,
-                   neg_fraction=a.neg_fraction, label_noise=a.label_noise, jobs=a.jobs,
-                   block_rows=a.block_rows, **kw)
+        prep_synth(
+            a.out,
+            rows=a.rows,
+            features=a.features,
+            nnz=a.nnz,
+            neg_fraction=a.neg_fraction,
+            label_noise=a.label_noise,
+            jobs=a.jobs,
+            block_rows=a.block_rows,
+            **kw,
+        )
     elif a.fmt == "recipe":
         run_recipe(a.dataset, a.out, shared=a.shared, **kw)
     if not a.quiet:
         print(ShardedDataset(a.out).summary())
+    return 0
+
+
+def _value(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def _train(a) -> int:
+    from bigrate.runner.train import report, train
+
+    params = {}
+    for item in a.param:
+        if "=" not in item:
+            raise ValueError(f"--param expects NAME=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        params[k.strip()] = _value(v.strip())
+    for k in ("rho", "q", "epochs"):
+        if getattr(a, k) is not None:
+            params[k] = getattr(a, k)
+    params.setdefault("random_state", 0)
+    res = train(
+        a.data,
+        a.estimator,
+        params,
+        engine=a.engine,
+        address=a.address,
+        workers=a.workers,
+        out=a.out,
+        progress=not a.quiet,
+    )
+    report(res)
     return 0
 
 
@@ -179,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             return _prep(a)
         if a.cmd == "info":
             return _info(a)
+        if a.cmd == "train":
+            return _train(a)
     except (DataError, DatasetExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2

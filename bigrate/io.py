@@ -29,7 +29,9 @@ def _jsonable(x):
     return x
 
 
-def save_model(estimator, path: str | os.PathLike, *, arrays: dict, fitted: dict) -> Path:
+def save_model(
+    estimator, path: str | os.PathLike, *, arrays: dict, fitted: dict
+) -> Path:
     """Write ``estimator`` (its get_params, ``fitted`` scalars and ``arrays``)."""
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +50,9 @@ def save_model(estimator, path: str | os.PathLike, *, arrays: dict, fitted: dict
         old = None
         if path.exists():
             if not (path / "model.json").exists():
-                raise FileExistsError(f"{path}: exists and is not a bigrate model directory")
+                raise FileExistsError(
+                    f"{path}: exists and is not a bigrate model directory"
+                )
             old = path.parent / f".{path.name}.old-{os.getpid()}"
             os.rename(path, old)
         os.rename(tmp, path)
@@ -65,7 +69,9 @@ def load_model(path: str | os.PathLike):
     path = Path(path)
     mfile = path / "model.json"
     if not mfile.exists():
-        raise FileNotFoundError(f"{path}: no model.json here; not a saved bigrate model")
+        raise FileNotFoundError(
+            f"{path}: no model.json here; not a saved bigrate model"
+        )
     meta = json.loads(mfile.read_text())
     if meta.get("format") != FORMAT:
         raise ValueError(f"{mfile}: format {meta.get('format')!r} is not {FORMAT!r}")

@@ -20,9 +20,12 @@ from bigrate.data.prep import RECIPES, run_recipe
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="*", help=f"recipes (default all): {', '.join(RECIPES)}")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "names", nargs="*", help=f"recipes (default all): {', '.join(RECIPES)}"
+    )
     ap.add_argument("--out", default="data", help="parent folder of the datasets")
     ap.add_argument("--shared", help="the shared data folder (default ../shared/data)")
     ap.add_argument("--overwrite", action="store_true")
@@ -31,8 +34,10 @@ def main(argv=None) -> int:
         out = Path(a.out) / name
         run_recipe(name, out, shared=a.shared, overwrite=a.overwrite, progress=False)
         ds = ShardedDataset(out)
-        counts = ", ".join(f"{s} {ds.class_counts(s)['pos']}+/{ds.class_counts(s)['neg']}-"
-                           for s in ds.splits)
+        counts = ", ".join(
+            f"{s} {ds.class_counts(s)['pos']}+/{ds.class_counts(s)['neg']}-"
+            for s in ds.splits
+        )
         print(f"{name:<36} {ds.n_features:>6} features  {counts}")
     return 0
 

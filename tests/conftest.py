@@ -24,8 +24,14 @@ def seed(request) -> int:
 def run_cli(*args, check=False, timeout=600, **kw) -> subprocess.CompletedProcess:
     """Run the real `bigrate` command in a subprocess."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.run([sys.executable, "-m", "bigrate.cli", *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    p = subprocess.run(
+        [sys.executable, "-m", "bigrate.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"bigrate {args} failed ({p.returncode}):\n{p.stderr}")
     return p
@@ -36,8 +42,9 @@ def write_svmlight_text(path: Path, rows: list[str]) -> Path:
     return path
 
 
-def random_svmlight(path: Path, n: int, d: int, seed: int = 0, labels=(-1, 1),
-                    p_empty: float = 0.05) -> Path:
+def random_svmlight(
+    path: Path, n: int, d: int, seed: int = 0, labels=(-1, 1), p_empty: float = 0.05
+) -> Path:
     """A random one-based svmlight file with empty rows, comments and the max index."""
     rng = np.random.default_rng(seed)
     lines = ["# a comment line", ""]

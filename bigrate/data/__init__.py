@@ -4,4 +4,11 @@ from bigrate.data.format import CLASSES, SPLITS, RowBlock
 from bigrate.data.reader import ShardedDataset, ShardFile
 from bigrate.data.writer import DatasetWriter
 
-__all__ = ["CLASSES", "SPLITS", "DatasetWriter", "RowBlock", "ShardFile", "ShardedDataset"]
+__all__ = [
+    "CLASSES",
+    "SPLITS",
+    "DatasetWriter",
+    "RowBlock",
+    "ShardFile",
+    "ShardedDataset",
+]

@@ -89,10 +89,14 @@ class ShardedDataset:
             try:
                 manifest = json.loads(f.read().decode("utf-8"))
             except json.JSONDecodeError as e:
-                raise DataError(f"not valid JSON: {e}", path=mpath, line=e.lineno) from e
+                raise DataError(
+                    f"not valid JSON: {e}", path=mpath, line=e.lineno
+                ) from e
         if manifest.get("format") != FORMAT_NAME:
-            raise DataError(f"format is {manifest.get('format')!r}, expected {FORMAT_NAME!r}",
-                            path=mpath)
+            raise DataError(
+                f"format is {manifest.get('format')!r}, expected {FORMAT_NAME!r}",
+                path=mpath,
+            )
         if manifest.get("format_version") != FORMAT_VERSION:
             raise DataError(
                 f"format_version {manifest.get('format_version')!r} is not supported "
@@ -143,11 +147,17 @@ class ShardedDataset:
         if split is not None:
             self._check_split(split)
         cls = self._check_classes(classes)
-        return [f for f in self._files if (split is None or f.split == split) and f.cls in cls]
+        return [
+            f
+            for f in self._files
+            if (split is None or f.split == split) and f.cls in cls
+        ]
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
-            raise ValueError(f"split {split!r} is not in this dataset (have {self.splits})")
+            raise ValueError(
+                f"split {split!r} is not in this dataset (have {self.splits})"
+            )
 
     @staticmethod
     def _check_classes(classes) -> tuple[str, ...]:
@@ -181,7 +191,9 @@ class ShardedDataset:
         pf = self.open_file(shard)
         try:
             rg = None if row_groups is None else list(row_groups)
-            for rb in pf.iter_batches(batch_size=batch_rows, row_groups=rg, columns=cols):
+            for rb in pf.iter_batches(
+                batch_size=batch_rows, row_groups=rg, columns=cols
+            ):
                 yield table_to_block(rb, self.n_features)
         finally:
             pf.close()
@@ -219,10 +231,13 @@ class ShardedDataset:
         if order not in ("row_id", "file"):
             raise ValueError(f"order must be 'row_id' or 'file', got {order!r}")
         wg = self.has_group if with_group is None else with_group
-        blocks = list(self.iter_batches(split, classes, batch_rows=1 << 20, with_group=wg))
+        blocks = list(
+            self.iter_batches(split, classes, batch_rows=1 << 20, with_group=wg)
+        )
         if not blocks:
-            raise DataError(f"split {split!r} has no rows for classes {classes}",
-                            path=self.path)
+            raise DataError(
+                f"split {split!r} has no rows for classes {classes}", path=self.path
+            )
         out = RowBlock.concat(blocks)
         if out.X.shape[1] != self.n_features:
             out.X.resize((len(out), self.n_features))
@@ -269,18 +284,27 @@ class ShardedDataset:
                 f"{nnz / max(n, 1):>10.1f}"
             )
         lm = m.get("label_mapping", {})
-        lines.append(f"labels       positive <- {lm.get('positive')}, negative <- "
-                     f"{lm.get('negative')}")
+        lines.append(
+            f"labels       positive <- {lm.get('positive')}, negative <- "
+            f"{lm.get('negative')}"
+        )
         pre = m.get("preprocessing", {})
         split = pre.get("split", {})
         fr = ", ".join(f"{k} {v:g}" for k, v in split.get("fractions", {}).items())
         extra = split.get("test_files") or []
-        lines.append(f"split rule   {fr} (seed {split.get('seed')})"
-                     + (f"; test from {', '.join(extra)}" if extra else ""))
-        lines.append(f"preprocess   l2_normalize={pre.get('l2_normalize')}"
-                     + (f", {pre['rows_dropped_for_missing_values']} rows dropped "
-                        "for missing values" if pre.get("rows_dropped_for_missing_values")
-                        else ""))
+        lines.append(
+            f"split rule   {fr} (seed {split.get('seed')})"
+            + (f"; test from {', '.join(extra)}" if extra else "")
+        )
+        lines.append(
+            f"preprocess   l2_normalize={pre.get('l2_normalize')}"
+            + (
+                f", {pre['rows_dropped_for_missing_values']} rows dropped "
+                "for missing values"
+                if pre.get("rows_dropped_for_missing_values")
+                else ""
+            )
+        )
         total = sum(f.bytes for f in self._files)
         lines.append(
             f"files        {len(self._files)} Parquet files, {total / 2**20:.1f} MiB, "

@@ -33,7 +33,9 @@ def parse_fractions(spec: str | dict) -> dict[str, float]:
             try:
                 out[k.strip()] = float(v)
             except ValueError:
-                raise ValueError(f"split: fraction of {k.strip()!r} is not a number: {v!r}")
+                raise ValueError(
+                    f"split: fraction of {k.strip()!r} is not a number: {v!r}"
+                ) from None
         spec = out
     fr = {k: float(v) for k, v in spec.items()}
     for k, v in fr.items():

@@ -88,7 +88,9 @@ class FileInfo:
 class _PartWriter:
     """One Parquet file, written in row groups of exactly ``row_group_size`` rows."""
 
-    def __init__(self, root: Path, rel: str, split: str, cls: str, owner: DatasetWriter):
+    def __init__(
+        self, root: Path, rel: str, split: str, cls: str, owner: DatasetWriter
+    ):
         self.root, self.rel, self.split, self.cls = root, rel, split, cls
         self.owner = owner
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,11 @@ class ClassStream:
                 self.next_index += 1
             room = limit - (self.part.rows + self.part.pending_rows)
             stop = min(n, start + room)
-            piece = block if (start == 0 and stop == n) else block.take(np.arange(start, stop))
+            piece = (
+                block
+                if (start == 0 and stop == n)
+                else block.take(np.arange(start, stop))
+            )
             self.part.append(piece)
             start = stop
             if self.part.rows + self.part.pending_rows >= limit:
@@ -258,7 +264,9 @@ class DatasetWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(self.out.parent, self.out.name)
         self.tmp = Path(
-            tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent)
+            tempfile.mkdtemp(
+                prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent
+            )
         )
         self._lock = threading.Lock()
         self._open: list[_PartWriter] = []
@@ -290,7 +298,9 @@ class DatasetWriter:
             raise ValueError(f"split {split!r} was not declared (have {self.splits})")
         if cls not in CLASSES:
             raise ValueError(f"unknown class {cls!r}; expected one of {CLASSES}")
-        part = _PartWriter(self.tmp, f"{split}/{cls}/part-{index:05d}.parquet", split, cls, self)
+        part = _PartWriter(
+            self.tmp, f"{split}/{cls}/part-{index:05d}.parquet", split, cls, self
+        )
         with self._lock:
             self._open.append(part)
         return part

@@ -49,8 +49,15 @@ class DaskEngine:
 
     name = "dask"
 
-    def __init__(self, address: str | None = None, *, n_workers: int | None = None,
-                 memory_limit="auto", dashboard: bool = True, quiet: bool = True):
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        n_workers: int | None = None,
+        memory_limit="auto",
+        dashboard: bool = True,
+        quiet: bool = True,
+    ):
         from dask.distributed import Client, LocalCluster
 
         self.cluster = None
@@ -59,7 +66,10 @@ class DaskEngine:
         else:
             n = n_workers or min(os.cpu_count() or 1, 8)
             self.cluster = LocalCluster(
-                host="127.0.0.1", n_workers=n, threads_per_worker=1, processes=True,
+                host="127.0.0.1",
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
                 memory_limit=memory_limit,
                 dashboard_address="127.0.0.1:0" if dashboard else None,
                 silence_logs=logging.ERROR if quiet else logging.WARNING,
@@ -95,8 +105,15 @@ def _deal(units: list, n: int) -> list[list]:
     return [units[k::n] for k in range(n)]
 
 
-def _round_units(own: list, epoch: int, k: int, cls: int, seed: int, round_in_epoch: int,
-                 per_round: int) -> list:
+def _round_units(
+    own: list,
+    epoch: int,
+    k: int,
+    cls: int,
+    seed: int,
+    round_in_epoch: int,
+    per_round: int,
+) -> list:
     """The ``per_round`` units worker k reads in this round: a slice of its seeded
     per-epoch permutation (wrapping around for a class smaller than needed)."""
     if not own:
@@ -107,8 +124,16 @@ def _round_units(own: list, epoch: int, k: int, cls: int, seed: int, round_in_ep
     return [own[perm[i]] for i in idx]
 
 
-def fit_dask(estimator, dataset, engine: DaskEngine, *, rounds_per_epoch: int = 4,
-             retries: int = 3, progress: bool = True, on_round=None):
+def fit_dask(
+    estimator,
+    dataset,
+    engine: DaskEngine,
+    *,
+    rounds_per_epoch: int = 4,
+    retries: int = 3,
+    progress: bool = True,
+    on_round=None,
+):
     """Fit a :class:`~bigrate.NeymanPearsonSGD` or :class:`~bigrate.QValueSGD` on the
     shards of ``dataset`` with the workers of ``engine``. Returns the estimator.
 
@@ -142,9 +167,12 @@ def fit_dask(estimator, dataset, engine: DaskEngine, *, rounds_per_epoch: int = 
     seed = est._seed_int()
     if progress:
         link = engine.dashboard_link
-        print(f"[bigrate] dask: {n_w} workers, {rounds_per_epoch} rounds an epoch of "
-              f"{per_epoch:,} steps" + (f"; dashboard {link}" if link else ""),
-              file=sys.stderr, flush=True)
+        print(
+            f"[bigrate] dask: {n_w} workers, {rounds_per_epoch} rounds an epoch of "
+            f"{per_epoch:,} steps" + (f"; dashboard {link}" if link else ""),
+            file=sys.stderr,
+            flush=True,
+        )
     rnd = 0
     for epoch in range(est.epochs):
         te = time.perf_counter()
@@ -152,18 +180,37 @@ def fit_dask(estimator, dataset, engine: DaskEngine, *, rounds_per_epoch: int = 
         for r in range(rounds_per_epoch):
             futures = []
             for k in range(n_w):
-                mine = (_round_units(own_pos[k], epoch, k, 0, seed, r, per_round)
-                        + _round_units(own_neg[k], epoch, k, 1, seed, r, per_round))
-                if not any(u[0].cls == "pos" for u in mine) or \
-                        not any(u[0].cls == "neg" for u in mine):
+                mine = _round_units(
+                    own_pos[k], epoch, k, 0, seed, r, per_round
+                ) + _round_units(own_neg[k], epoch, k, 1, seed, r, per_round)
+                if not any(u[0].cls == "pos" for u in mine) or not any(
+                    u[0].cls == "neg" for u in mine
+                ):
                     continue  # a worker with no shard of one class sits this round out
-                futures.append(engine.client.submit(
-                    local_round, ds.path, mine, cfg, w, b, lam, t, steps,
-                    [seed, rnd, k], 1 << 40, est.batch_rows, holdout,
-                    pure=False, retries=retries, key=f"bigrate-sgd-{id(est)}-{rnd}-{k}",
-                ))
+                futures.append(
+                    engine.client.submit(
+                        local_round,
+                        ds.path,
+                        mine,
+                        cfg,
+                        w,
+                        b,
+                        lam,
+                        t,
+                        steps,
+                        [seed, rnd, k],
+                        1 << 40,
+                        est.batch_rows,
+                        holdout,
+                        pure=False,
+                        retries=retries,
+                        key=f"bigrate-sgd-{id(est)}-{rnd}-{k}",
+                    )
+                )
             if not futures:
-                raise ValueError(f"{ds.path}: no worker holds row groups of both classes")
+                raise ValueError(
+                    f"{ds.path}: no worker holds row groups of both classes"
+                )
             results = engine.client.gather(futures)
             w = np.mean([res["w"] for res in results], axis=0)
             b = float(np.mean([res["b"] for res in results]))
@@ -175,14 +222,27 @@ def fit_dask(estimator, dataset, engine: DaskEngine, *, rounds_per_epoch: int = 
             if progress:
                 pfa = stats[2] / max(stats[0], 1)
                 pnd = stats[5] / max(stats[3], 1)
-                print(f"[bigrate] round {rnd}: Pfa {pfa:.4f} Pnd {pnd:.4f} lambda {lam:.4g}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[bigrate] round {rnd}: Pfa {pfa:.4f} Pnd {pnd:.4f} lambda {lam:.4g}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if on_round is not None:
                 on_round(rnd, engine)
-        est._record(epoch, stats, np.array([1.0, b, lam, t]), time.perf_counter() - te,
-                    steps * len(futures) * rounds_per_epoch)
+        est._record(
+            epoch,
+            stats,
+            np.array([1.0, b, lam, t]),
+            time.perf_counter() - te,
+            steps * len(futures) * rounds_per_epoch,
+        )
     est._set_fitted(w, np.array([1.0, b, lam, t]), cfg)
     est._finish_stream(ds, holdout)
     est.fit_seconds_ = time.perf_counter() - t_start
-    est.engine_ = {"name": "dask", "workers": n_w, "rounds": rnd, "steps_per_round": steps}
+    est.engine_ = {
+        "name": "dask",
+        "workers": n_w,
+        "rounds": rnd,
+        "steps_per_round": steps,
+    }
     return est

@@ -38,8 +38,25 @@ def _axpy(indptr, indices, data, i, a, v):
 
 
 @njit(cache=True, nogil=True)
-def np_sgd_steps(indptr, indices, data, y, order, w_pos, w_neg, v, state, lambda_c, gamma0,
-                 nu, rho, eta, loss, intercept_rate, stats):
+def np_sgd_steps(
+    indptr,
+    indices,
+    data,
+    y,
+    order,
+    w_pos,
+    w_neg,
+    v,
+    state,
+    lambda_c,
+    gamma0,
+    nu,
+    rho,
+    eta,
+    loss,
+    intercept_rate,
+    stats,
+):
     """Alg. 4 steps on rows ``order`` of a CSR matrix, in that order.
 
     Example weights a_t are ``w_pos`` for positives and ``lam * w_neg`` for negatives
@@ -99,8 +116,23 @@ def np_sgd_steps(indptr, indices, data, y, order, w_pos, w_neg, v, state, lambda
 
 
 @njit(cache=True, nogil=True)
-def qvalue_sgd_steps(indptr, indices, data, pos_order, neg_order, v, state, lambda_c, gamma0,
-                     nu, q, eta, loss, intercept_rate, stats):
+def qvalue_sgd_steps(
+    indptr,
+    indices,
+    data,
+    pos_order,
+    neg_order,
+    v,
+    state,
+    lambda_c,
+    gamma0,
+    nu,
+    q,
+    eta,
+    loss,
+    intercept_rate,
+    stats,
+):
     """Section 4 steps: each step takes one positive and one negative row.
 
     With the Lagrangian (13) divided by C: the positive's weight is (1 + lam q) and the

@@ -51,7 +51,9 @@ def steps_per_epoch(n_pos: int, n_neg: int, mode: str) -> int:
     raise ValueError(mode)
 
 
-def _class_mask(rng: np.random.Generator, steps: int, mode: str, p_pos: float) -> np.ndarray:
+def _class_mask(
+    rng: np.random.Generator, steps: int, mode: str, p_pos: float
+) -> np.ndarray:
     """True where a step draws a positive."""
     if mode == "balanced":
         return rng.random(steps) < 0.5
@@ -82,8 +84,15 @@ class _Cycle:
 class InMemorySampler:
     """Sampler over a CSR matrix in memory: chunks index the full matrix, no copies."""
 
-    def __init__(self, X: sp.csr_matrix, y: np.ndarray, mode: str, seed, *,
-                 rows: np.ndarray | None = None):
+    def __init__(
+        self,
+        X: sp.csr_matrix,
+        y: np.ndarray,
+        mode: str,
+        seed,
+        *,
+        rows: np.ndarray | None = None,
+    ):
         self.X, self.y, self.mode = X, y, mode
         self.rng = np.random.default_rng(seed)
         rows = np.arange(len(y)) if rows is None else rows
@@ -97,7 +106,9 @@ class InMemorySampler:
         """(X, y, order) for ``steps`` steps; with mode 'pairs', order is (pos, neg)."""
         if self.mode == "pairs":
             return self.X, self.y, (self.pos.take(steps), self.neg.take(steps))
-        is_pos = _class_mask(self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg))
+        is_pos = _class_mask(
+            self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg)
+        )
         order = np.empty(steps, dtype=np.int64)
         k = int(is_pos.sum())
         order[is_pos] = self.pos.take(k)
@@ -108,8 +119,15 @@ class InMemorySampler:
 class _ShardClassStream:
     """Rows of one class streamed from its shard row groups through a shuffle buffer."""
 
-    def __init__(self, dataset, units, buffer_rows: int, batch_rows: int,
-                 rng: np.random.Generator, holdout: tuple[float, int] | None):
+    def __init__(
+        self,
+        dataset,
+        units,
+        buffer_rows: int,
+        batch_rows: int,
+        rng: np.random.Generator,
+        holdout: tuple[float, int] | None,
+    ):
         if not units:
             raise ValueError("empty shard list: this class has no row groups to read")
         self.ds, self.units = dataset, list(units)
@@ -149,7 +167,9 @@ class _ShardClassStream:
                 parts.append(b)
                 have += len(b)
         if have == 0:
-            raise ValueError("this class has no rows left after the calibration hold-out")
+            raise ValueError(
+                "this class has no rows left after the calibration hold-out"
+            )
         merged = RowBlock.concat(parts)
         self.buf = merged.take(self.rng.permutation(len(merged)))
         self.at = 0
@@ -181,9 +201,18 @@ class ShardSampler:
     ``arange``), with their ``row_id``s kept in ``last_row_ids`` for replay and tests.
     """
 
-    def __init__(self, dataset, mode: str, seed, *, split: str = "train", units=None,
-                 buffer_rows: int = 65_536, batch_rows: int = 32_768,
-                 holdout: tuple[float, int] | None = None):
+    def __init__(
+        self,
+        dataset,
+        mode: str,
+        seed,
+        *,
+        split: str = "train",
+        units=None,
+        buffer_rows: int = 65_536,
+        batch_rows: int = 32_768,
+        holdout: tuple[float, int] | None = None,
+    ):
         self.ds, self.mode = dataset, mode
         self.rng = np.random.default_rng(seed)
         if units is None:
@@ -197,8 +226,12 @@ class ShardSampler:
             )
         self.n_pos = sum(f.rows for f in {u[0] for u in pos})
         self.n_neg = sum(f.rows for f in {u[0] for u in neg})
-        self.pos = _ShardClassStream(dataset, pos, buffer_rows, batch_rows, self.rng, holdout)
-        self.neg = _ShardClassStream(dataset, neg, buffer_rows, batch_rows, self.rng, holdout)
+        self.pos = _ShardClassStream(
+            dataset, pos, buffer_rows, batch_rows, self.rng, holdout
+        )
+        self.neg = _ShardClassStream(
+            dataset, neg, buffer_rows, batch_rows, self.rng, holdout
+        )
         self.last_row_ids: np.ndarray | None = None
 
     def next(self, steps: int):
@@ -206,9 +239,17 @@ class ShardSampler:
             p, n = self.pos.take(steps), self.neg.take(steps)
             both = RowBlock.concat([p, n])
             self.last_row_ids = both.row_id
-            return both.X, both.y, (np.arange(steps, dtype=np.int64),
-                                    np.arange(steps, 2 * steps, dtype=np.int64))
-        is_pos = _class_mask(self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg))
+            return (
+                both.X,
+                both.y,
+                (
+                    np.arange(steps, dtype=np.int64),
+                    np.arange(steps, 2 * steps, dtype=np.int64),
+                ),
+            )
+        is_pos = _class_mask(
+            self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg)
+        )
         k = int(is_pos.sum())
         p, n = self.pos.take(k), self.neg.take(steps - k)
         both = RowBlock.concat([b for b in (p, n) if len(b)])

@@ -40,7 +40,6 @@ from bigrate.linear.sampler import (
     InMemorySampler,
     ShardSampler,
     holdout_mask,
-    row_group_units,
     steps_per_epoch,
 )
 from bigrate.losses import loss_code
@@ -63,18 +62,55 @@ class KernelConfig:
     intercept_rate: float
 
 
-def run_steps(cfg: KernelConfig, v: np.ndarray, state: np.ndarray, X: sp.csr_matrix,
-              y: np.ndarray, order, stats: np.ndarray) -> None:
+def run_steps(
+    cfg: KernelConfig,
+    v: np.ndarray,
+    state: np.ndarray,
+    X: sp.csr_matrix,
+    y: np.ndarray,
+    order,
+    stats: np.ndarray,
+) -> None:
     """Run the steps of one chunk in place on (v, state); raise on divergence."""
     indptr, indices, data = X.indptr, X.indices, X.data
     if cfg.mode == "pairs":
-        status = K.qvalue_sgd_steps(indptr, indices, data, order[0], order[1], v, state,
-                                    cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
-                                    cfg.loss, cfg.intercept_rate, stats)
+        status = K.qvalue_sgd_steps(
+            indptr,
+            indices,
+            data,
+            order[0],
+            order[1],
+            v,
+            state,
+            cfg.lambda_c,
+            cfg.gamma0,
+            cfg.nu,
+            cfg.target,
+            cfg.eta,
+            cfg.loss,
+            cfg.intercept_rate,
+            stats,
+        )
     else:
-        status = K.np_sgd_steps(indptr, indices, data, y, order, cfg.w_pos, cfg.w_neg, v,
-                                state, cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
-                                cfg.loss, cfg.intercept_rate, stats)
+        status = K.np_sgd_steps(
+            indptr,
+            indices,
+            data,
+            y,
+            order,
+            cfg.w_pos,
+            cfg.w_neg,
+            v,
+            state,
+            cfg.lambda_c,
+            cfg.gamma0,
+            cfg.nu,
+            cfg.target,
+            cfg.eta,
+            cfg.loss,
+            cfg.intercept_rate,
+            stats,
+        )
     if status == K.NON_FINITE:
         raise FloatingPointError(
             f"training diverged at step {int(state[3])}: w, b or the multiplier became "
@@ -82,14 +118,32 @@ def run_steps(cfg: KernelConfig, v: np.ndarray, state: np.ndarray, X: sp.csr_mat
         )
 
 
-def local_round(dataset_path: str, units: list, cfg: KernelConfig, w: np.ndarray, b: float,
-                lam: float, t: float, steps: int, seed, buffer_rows: int, batch_rows: int,
-                holdout) -> dict:
+def local_round(
+    dataset_path: str,
+    units: list,
+    cfg: KernelConfig,
+    w: np.ndarray,
+    b: float,
+    lam: float,
+    t: float,
+    steps: int,
+    seed,
+    buffer_rows: int,
+    batch_rows: int,
+    holdout,
+) -> dict:
     """One worker's share of a distributed round: ``steps`` steps from the global state
     over its own row-group ``units``, read from ``dataset_path`` on the worker."""
     ds = ShardedDataset(dataset_path)
-    sampler = ShardSampler(ds, cfg.mode, seed, units=units, buffer_rows=buffer_rows,
-                           batch_rows=batch_rows, holdout=holdout)
+    sampler = ShardSampler(
+        ds,
+        cfg.mode,
+        seed,
+        units=units,
+        buffer_rows=buffer_rows,
+        batch_rows=batch_rows,
+        holdout=holdout,
+    )
     v = np.array(w, dtype=np.float64)
     state = np.array([1.0, b, lam, t])
     stats = np.zeros(6)
@@ -99,8 +153,14 @@ def local_round(dataset_path: str, units: list, cfg: KernelConfig, w: np.ndarray
         X, y, order = sampler.next(k)
         run_steps(cfg, v, state, X, y, order, stats)
         done += k
-    return {"w": v * state[0], "b": float(state[1]), "lam": float(state[2]),
-            "t": float(state[3]), "stats": stats, "pid": os.getpid()}
+    return {
+        "w": v * state[0],
+        "b": float(state[1]),
+        "lam": float(state[2]),
+        "t": float(state[3]),
+        "stats": stats,
+        "pid": os.getpid(),
+    }
 
 
 def _is_dataset(X) -> bool:
@@ -134,8 +194,10 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         kind = type_of_target(y, input_name="y", raise_unknown=True)
         if kind not in ("binary", "multiclass"):
-            raise ValueError(f"Unknown label type: y must be two class labels, got target "
-                             f"type {kind!r} (continuous values are not labels)")
+            raise ValueError(
+                f"Unknown label type: y must be two class labels, got target "
+                f"type {kind!r} (continuous values are not labels)"
+            )
         classes = np.unique(y)
         if len(classes) != 2:
             raise ValueError(
@@ -146,8 +208,14 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         return np.where(y == classes[1], 1, -1).astype(np.int8)
 
     def _in_memory(self, X, y):
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=[np.float64, np.float32],
-                             ensure_all_finite=True)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            accept_sparse="csr",
+            dtype=[np.float64, np.float32],
+            ensure_all_finite=True,
+        )
         y8 = self._labels(y)
         self._sparse_input = sp.issparse(X)
         X = sp.csr_matrix(X)
@@ -157,16 +225,25 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         return X, y8
 
     # ---------------------------------------------------------------- defaults
-    def _resolve(self, n_pos: int, n_neg: int, mean_sq_norm: float,
-                 sparse: bool) -> KernelConfig:
+    def _resolve(
+        self, n_pos: int, n_neg: int, mean_sq_norm: float, sparse: bool
+    ) -> KernelConfig:
         mode = self._mode()
-        gamma0 = (0.1 / max(mean_sq_norm, 1e-12)) if self.gamma0 == "auto" else float(self.gamma0)
+        gamma0 = (
+            (0.1 / max(mean_sq_norm, 1e-12))
+            if self.gamma0 == "auto"
+            else float(self.gamma0)
+        )
         if gamma0 * self.alpha >= 1.0:
             raise ValueError(
                 f"gamma0 * alpha must be < 1 so that the decay (1 - gamma alpha) stays "
                 f"positive; got gamma0={gamma0:g}, alpha={self.alpha:g}"
             )
-        nu = min(10.0 / max(n_neg, 1), 0.5 * gamma0) if self.nu == "auto" else float(self.nu)
+        nu = (
+            min(10.0 / max(n_neg, 1), 0.5 * gamma0)
+            if self.nu == "auto"
+            else float(self.nu)
+        )
         n = n_pos + n_neg
         if mode == "uniform":
             w_pos, w_neg = n / n_pos, n / n_neg
@@ -178,11 +255,18 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         else:
             eta = float(self.eta)
         self.eta_ = eta
-        return KernelConfig(mode=mode, w_pos=w_pos, w_neg=w_neg, lambda_c=float(self.alpha),
-                            gamma0=gamma0, nu=nu, target=self._target(), eta=eta,
-                            loss=loss_code(self.loss),
-                            intercept_rate=(0.0 if not self.fit_intercept
-                                            else 0.01 if sparse else 1.0))
+        return KernelConfig(
+            mode=mode,
+            w_pos=w_pos,
+            w_neg=w_neg,
+            lambda_c=float(self.alpha),
+            gamma0=gamma0,
+            nu=nu,
+            target=self._target(),
+            eta=eta,
+            loss=loss_code(self.loss),
+            intercept_rate=(0.0 if not self.fit_intercept else 0.01 if sparse else 1.0),
+        )
 
     def _init_state(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
         if self.warm_start and hasattr(self, "coef_"):
@@ -192,8 +276,14 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
                     f"has {n_features}"
                 )
             v = self.coef_.ravel().astype(np.float64).copy()
-            state = np.array([1.0, float(self.intercept_[0]), float(self.multiplier_),
-                              float(self.t_)])
+            state = np.array(
+                [
+                    1.0,
+                    float(self.intercept_[0]),
+                    float(self.multiplier_),
+                    float(self.t_),
+                ]
+            )
         else:
             v = np.zeros(n_features)
             state = np.array([1.0, 0.0, float(self.lambda0), 0.0])
@@ -214,9 +304,11 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             self._fit_stream(X if isinstance(X, ShardedDataset) else ShardedDataset(X))
         else:
             if y is None:
-                raise ValueError(f"{type(self).__name__} requires y to be passed, but the "
-                                 "target y is None (y may be omitted only when X is a "
-                                 "ShardedDataset or its path)")
+                raise ValueError(
+                    f"{type(self).__name__} requires y to be passed, but the "
+                    "target y is None (y may be omitted only when X is a "
+                    "ShardedDataset or its path)"
+                )
             self._fit_arrays(*self._in_memory(X, y))
         self.fit_seconds_ = time.perf_counter() - t0
         return self
@@ -230,21 +322,32 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         n_pos = int((y[train_rows] > 0).sum())
         n_neg = int((y[train_rows] < 0).sum())
         if n_pos == 0 or n_neg == 0:
-            raise ValueError("both classes need training rows after the calibration hold-out")
+            raise ValueError(
+                "both classes need training rows after the calibration hold-out"
+            )
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
         cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows)
         self._train(cfg, X.shape[1], sampler, n_pos, n_neg)
         if held is not None:
             neg = held & (y < 0)
-            self._calibrate(K.decision_csr(X.indptr, X.indices, X.data, self.coef_.ravel(),
-                                           0.0)[neg])
+            self._calibrate(
+                K.decision_csr(X.indptr, X.indices, X.data, self.coef_.ravel(), 0.0)[
+                    neg
+                ]
+            )
 
     def _fit_stream(self, ds: ShardedDataset):
         cfg, n_pos, n_neg, holdout = self._prepare_stream(ds)
-        sampler = ShardSampler(ds, cfg.mode, self._seed(), split=self.split,
-                               buffer_rows=self.buffer_rows, batch_rows=self.batch_rows,
-                               holdout=holdout)
+        sampler = ShardSampler(
+            ds,
+            cfg.mode,
+            self._seed(),
+            split=self.split,
+            buffer_rows=self.buffer_rows,
+            batch_rows=self.batch_rows,
+            holdout=holdout,
+        )
         self._train(cfg, ds.n_features, sampler, n_pos, n_neg)
         self._finish_stream(ds, holdout)
 
@@ -254,7 +357,11 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         self._check_own_params()
         if not ds.files(self.split):
             raise ValueError(f"{ds.path}: empty shard list for split {self.split!r}")
-        if self.warm_start and hasattr(self, "coef_") and self.coef_.shape[1] != ds.n_features:
+        if (
+            self.warm_start
+            and hasattr(self, "coef_")
+            and self.coef_.shape[1] != ds.n_features
+        ):
             raise ValueError(
                 f"warm_start: the model has {self.coef_.shape[1]} features, the dataset "
                 f"{ds.path} has {ds.n_features}"
@@ -286,11 +393,16 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             keep = holdout_mask(b.row_id, *holdout)
             if keep.any():
                 Xh = b.X[keep]
-                scores.append(K.decision_csr(Xh.indptr, Xh.indices, Xh.data,
-                                             self.coef_.ravel(), 0.0))
+                scores.append(
+                    K.decision_csr(
+                        Xh.indptr, Xh.indices, Xh.data, self.coef_.ravel(), 0.0
+                    )
+                )
         self._calibrate(np.concatenate(scores) if scores else np.empty(0))
 
-    def _train(self, cfg: KernelConfig, n_features: int, sampler, n_pos: int, n_neg: int):
+    def _train(
+        self, cfg: KernelConfig, n_features: int, sampler, n_pos: int, n_neg: int
+    ):
         v, state = self._init_state(n_features)
         per_epoch = steps_per_epoch(n_pos, n_neg, cfg.mode)
         chunk = 8192
@@ -320,13 +432,18 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         }
         self.history_.append(rec)
         if self.verbose:
-            print(f"[bigrate] {type(self).__name__} epoch {rec['epoch']}: "
-                  f"Pfa {rec['pfa']:.4f} Pnd {rec['pnd']:.4f} lambda {rec['lambda']:.4g} "
-                  f"({seconds:.2f}s)", flush=True)
+            print(
+                f"[bigrate] {type(self).__name__} epoch {rec['epoch']}: "
+                f"Pfa {rec['pfa']:.4f} Pnd {rec['pnd']:.4f} lambda {rec['lambda']:.4g} "
+                f"({seconds:.2f}s)",
+                flush=True,
+            )
 
     def _set_fitted(self, w: np.ndarray, state: np.ndarray, cfg: KernelConfig):
         if not np.isfinite(w).all():
-            raise FloatingPointError("training diverged: non-finite weights; lower gamma0")
+            raise FloatingPointError(
+                "training diverged: non-finite weights; lower gamma0"
+            )
         self.coef_ = w.reshape(1, -1)
         self.intercept_ = np.array([float(state[1])])
         self.multiplier_ = float(state[2])
@@ -364,12 +481,23 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "coef_")
         if isinstance(X, RowBlock):
             X = X.X
-        X = validate_data(self, X, accept_sparse="csr", reset=False,
-                          dtype=[np.float64, np.float32], ensure_all_finite=True)
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            reset=False,
+            dtype=[np.float64, np.float32],
+            ensure_all_finite=True,
+        )
         if sp.issparse(X):
             X = sp.csr_matrix(X)
-            return K.decision_csr(X.indptr, X.indices, X.data, self.coef_.ravel(),
-                                  float(self.intercept_[0]))
+            return K.decision_csr(
+                X.indptr,
+                X.indices,
+                X.data,
+                self.coef_.ravel(),
+                float(self.intercept_[0]),
+            )
         return X @ self.coef_.ravel() + self.intercept_[0]
 
     def predict(self, X) -> np.ndarray:
@@ -395,12 +523,24 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
 
         check_is_fitted(self, "coef_")
         return save_model(
-            self, path,
-            arrays={"coef": self.coef_, "intercept": self.intercept_, "classes": self.classes_},
-            fitted={"multiplier": self.multiplier_, "t": self.t_, "history": self.history_,
-                    "config": self.config_, "n_features_in": self.n_features_in_,
-                    "threshold_shift": self.threshold_shift_,
-                    "gamma0": self.gamma0_, "nu": self.nu_, "eta": self.eta_},
+            self,
+            path,
+            arrays={
+                "coef": self.coef_,
+                "intercept": self.intercept_,
+                "classes": self.classes_,
+            },
+            fitted={
+                "multiplier": self.multiplier_,
+                "t": self.t_,
+                "history": self.history_,
+                "config": self.config_,
+                "n_features_in": self.n_features_in_,
+                "threshold_shift": self.threshold_shift_,
+                "gamma0": self.gamma0_,
+                "nu": self.nu_,
+                "eta": self.eta_,
+            },
         )
 
     def _restore(self, arrays: dict, fitted: dict) -> None:
@@ -413,7 +553,11 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         self.config_ = fitted["config"]
         self.n_features_in_ = fitted["n_features_in"]
         self.threshold_shift_ = fitted["threshold_shift"]
-        self.gamma0_, self.nu_, self.eta_ = fitted["gamma0"], fitted["nu"], fitted["eta"]
+        self.gamma0_, self.nu_, self.eta_ = (
+            fitted["gamma0"],
+            fitted["nu"],
+            fitted["eta"],
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -521,11 +665,29 @@ class NeymanPearsonSGD(_StochasticRateBase):
         "delta": [Interval(Real, 0, 1, closed="neither")],
     }
 
-    def __init__(self, *, rho=0.05, loss="sigmoid", eta="auto", alpha=1e-4, gamma0="auto",
-                 nu="auto", lambda0=1.0, epochs=10, balanced=True, calibrate=None,
-                 calibration_fraction=0.3, delta=0.05, fit_intercept=True, warm_start=False,
-                 batch_rows=32_768, buffer_rows=65_536, split="train", random_state=None,
-                 verbose=0):
+    def __init__(
+        self,
+        *,
+        rho=0.05,
+        loss="sigmoid",
+        eta="auto",
+        alpha=1e-4,
+        gamma0="auto",
+        nu="auto",
+        lambda0=1.0,
+        epochs=10,
+        balanced=True,
+        calibrate=None,
+        calibration_fraction=0.3,
+        delta=0.05,
+        fit_intercept=True,
+        warm_start=False,
+        batch_rows=32_768,
+        buffer_rows=65_536,
+        split="train",
+        random_state=None,
+        verbose=0,
+    ):
         self.rho = rho
         self.loss = loss
         self.eta = eta
@@ -573,7 +735,8 @@ class NeymanPearsonSGD(_StochasticRateBase):
                     f"the training false-alarm rate after the last epoch is "
                     f"{last['pfa']:.4f}, above rho={self.rho}: raise epochs (now "
                     f"{self.epochs}) or nu (now {self.nu_:g}), or use calibrate='umbrella'",
-                    BigrateWarning, stacklevel=4,
+                    BigrateWarning,
+                    stacklevel=4,
                 )
 
 
@@ -606,10 +769,25 @@ class QValueSGD(_StochasticRateBase):
         "q": [Interval(Real, 0, 1, closed="neither")],
     }
 
-    def __init__(self, *, q=0.01, loss="sigmoid", eta="auto", alpha=1e-4, gamma0="auto",
-                 nu="auto", lambda0=1.0, epochs=10, fit_intercept=True, warm_start=False,
-                 batch_rows=32_768, buffer_rows=65_536, split="train", random_state=None,
-                 verbose=0):
+    def __init__(
+        self,
+        *,
+        q=0.01,
+        loss="sigmoid",
+        eta="auto",
+        alpha=1e-4,
+        gamma0="auto",
+        nu="auto",
+        lambda0=1.0,
+        epochs=10,
+        fit_intercept=True,
+        warm_start=False,
+        batch_rows=32_768,
+        buffer_rows=65_536,
+        split="train",
+        random_state=None,
+        verbose=0,
+    ):
         self.q = q
         self.loss = loss
         self.eta = eta

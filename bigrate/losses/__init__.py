@@ -18,4 +18,6 @@ def loss_code(name: str) -> int:
     try:
         return LOSS_CODES[name]
     except KeyError:
-        raise ValueError(f"loss must be one of {sorted(LOSS_CODES)}, got {name!r}") from None
+        raise ValueError(
+            f"loss must be one of {sorted(LOSS_CODES)}, got {name!r}"
+        ) from None

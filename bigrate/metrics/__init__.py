@@ -55,12 +55,20 @@ class Confusion:
     def of(cls, y, f) -> Confusion:
         y, f = _check(y, f)
         neg, pos = y < 0, y > 0
-        return cls(int(neg.sum()), int((f[neg] >= 0).sum()), int(pos.sum()),
-                   int((f[pos] <= 0).sum()))
+        return cls(
+            int(neg.sum()),
+            int((f[neg] >= 0).sum()),
+            int(pos.sum()),
+            int((f[pos] <= 0).sum()),
+        )
 
     def __add__(self, o: Confusion) -> Confusion:
-        return Confusion(self.n_neg + o.n_neg, self.false_alarms + o.false_alarms,
-                         self.n_pos + o.n_pos, self.misses + o.misses)
+        return Confusion(
+            self.n_neg + o.n_neg,
+            self.false_alarms + o.false_alarms,
+            self.n_pos + o.n_pos,
+            self.misses + o.misses,
+        )
 
     @property
     def pfa(self) -> float:
@@ -166,8 +174,9 @@ def np_umbrella_threshold(neg_scores, rho: float, delta: float = 0.05) -> float:
     return float(s[k - 1])
 
 
-def evaluate_stream(decision_function, dataset, split: str = "test", *,
-                    batch_rows: int = 65_536) -> Confusion:
+def evaluate_stream(
+    decision_function, dataset, split: str = "test", *, batch_rows: int = 65_536
+) -> Confusion:
     """Confusion counts of a model over a whole split of a ShardedDataset, streaming."""
     total = Confusion()
     for b in dataset.iter_batches(split, batch_rows=batch_rows):

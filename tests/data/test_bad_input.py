@@ -61,8 +61,13 @@ def test_unmapped_label_with_explicit_mapping(tmp_path):
     rows = GOOD[:30] + ["3 1:1"] + GOOD[30:]
     src = write_svmlight_text(tmp_path / "l.svm", rows)
     with pytest.raises(DataError, match=r"l.svm:31: label '3' is neither positive"):
-        prep_svmlight([src], tmp_path / "ds", positive_labels=["1"], negative_labels=["-1"],
-                      progress=False)
+        prep_svmlight(
+            [src],
+            tmp_path / "ds",
+            positive_labels=["1"],
+            negative_labels=["-1"],
+            progress=False,
+        )
     assert nothing_left(tmp_path)
 
 
@@ -92,7 +97,9 @@ def test_empty_class_in_a_split(tmp_path):
 
 def test_feature_beyond_declared_width(tmp_path):
     src = write_svmlight_text(tmp_path / "w.svm", GOOD[:5] + ["1 1:1 124:1"] + GOOD[5:])
-    with pytest.raises(DataError, match=r"w.svm:6: feature index 124 is beyond n_features=123"):
+    with pytest.raises(
+        DataError, match=r"w.svm:6: feature index 124 is beyond n_features=123"
+    ):
         prep_svmlight([src], tmp_path / "ds", n_features=123, progress=False)
 
 
@@ -105,7 +112,9 @@ def test_csv_non_numeric_cell_names_file_line_column(tmp_path):
         prep_csv(path, tmp_path / "ds", label_column="label", progress=False)
     assert "t.csv:19 (column 'b'): cell 'oops' is not a number" in str(e.value)
     assert nothing_left(tmp_path)
-    p = run_cli("prep", "csv", path, "--label-column", "label", "--out", tmp_path / "ds")
+    p = run_cli(
+        "prep", "csv", path, "--label-column", "label", "--out", tmp_path / "ds"
+    )
     assert p.returncode == 2 and "t.csv:19 (column 'b')" in p.stderr
 
 
@@ -116,8 +125,14 @@ def test_csv_missing_and_nan_cells(tmp_path):
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     with pytest.raises(DataError, match=r"m.csv.gz:7 \(column 'b'\): missing value"):
         prep_csv(path, tmp_path / "ds", label_column="label", progress=False)
-    man = prep_csv(path, tmp_path / "ds", label_column="label", drop_missing=True,
-                   progress=False, split="train=1")
+    man = prep_csv(
+        path,
+        tmp_path / "ds",
+        label_column="label",
+        drop_missing=True,
+        progress=False,
+        split="train=1",
+    )
     assert man["preprocessing"]["rows_dropped_for_missing_values"] == 1
     assert ShardedDataset(tmp_path / "ds").n_rows("train") == 29
     lines[6] = "5,nan,1"

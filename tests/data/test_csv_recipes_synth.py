@@ -22,24 +22,49 @@ def test_csv_dense_round_trip_with_groups(tmp_path, seed):
         f = [f"{v:.5f}" for v in X[i]]
         lines.append(",".join(f[:2] + [str(1000 + i)] + f[2:] + [g[i], y[i]]))
     (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
-    man = prep_csv(tmp_path / "d.csv", tmp_path / "ds", label_column="y", group_column="sex",
-                   drop_columns=["id"], positive_labels=["good"], negative_labels=["bad"],
-                   split="train=1", progress=False, seed=seed)
+    man = prep_csv(
+        tmp_path / "d.csv",
+        tmp_path / "ds",
+        label_column="y",
+        group_column="sex",
+        drop_columns=["id"],
+        positive_labels=["good"],
+        negative_labels=["bad"],
+        split="train=1",
+        progress=False,
+        seed=seed,
+    )
     ds = ShardedDataset(tmp_path / "ds")
     got = ds.to_csr("train")
     np.testing.assert_array_equal(got.X.toarray(), X.astype(np.float32))
     np.testing.assert_array_equal(got.y, np.where(y == "good", 1, -1))
     np.testing.assert_array_equal(got.group, g)
-    assert man["preprocessing"]["feature_columns"] == ["f0", "f1", "f2", "f3", "f4", "f5"]
-    assert man["label_mapping"]["source_counts"] == {"bad": int((y == "bad").sum()),
-                                                     "good": int((y == "good").sum())}
+    assert man["preprocessing"]["feature_columns"] == [
+        "f0",
+        "f1",
+        "f2",
+        "f3",
+        "f4",
+        "f5",
+    ]
+    assert man["label_mapping"]["source_counts"] == {
+        "bad": int((y == "bad").sum()),
+        "good": int((y == "good").sum()),
+    }
 
 
 def test_l2_normalisation(tmp_path):
     rows = "\n".join(f"{i % 2},{i + 1},{2 * i},0" for i in range(40))
     (tmp_path / "n.csv").write_text(rows + "\n")
-    prep_csv(tmp_path / "n.csv", tmp_path / "ds", label_column="0", header=False,
-             l2_normalize=True, split="train=1", progress=False)
+    prep_csv(
+        tmp_path / "n.csv",
+        tmp_path / "ds",
+        label_column="0",
+        header=False,
+        l2_normalize=True,
+        split="train=1",
+        progress=False,
+    )
     X = ShardedDataset(tmp_path / "ds").to_csr("train").X
     np.testing.assert_allclose(np.sqrt(X.multiply(X).sum(axis=1)).A1, 1.0, rtol=1e-6)
 
@@ -79,7 +104,9 @@ def test_recipes(shared_data, tmp_path, name):
 def test_sonar_values_match_the_raw_file(shared_data, tmp_path):
     run_recipe("sonar", tmp_path / "s", progress=False, split="train=1")
     got = ShardedDataset(tmp_path / "s").to_csr("train")
-    raw = np.loadtxt(shared_data / "sonar" / "sonar.csv", delimiter=",", usecols=range(60))
+    raw = np.loadtxt(
+        shared_data / "sonar" / "sonar.csv", delimiter=",", usecols=range(60)
+    )
     np.testing.assert_array_equal(got.X.toarray(), raw.astype(np.float32))
 
 
@@ -94,7 +121,9 @@ def test_synth_is_deterministic_across_thread_counts(tmp_path):
     assert 60 < nnz_row < 92
     neg_share = sum(ds.class_counts(s)["neg"] for s in ds.splits) / 30_000
     assert 0.12 < neg_share < 0.18
-    np.testing.assert_allclose(np.sqrt(tr.X.multiply(tr.X).sum(axis=1)).A1, 1.0, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.sqrt(tr.X.multiply(tr.X).sum(axis=1)).A1, 1.0, rtol=1e-5
+    )
     assert np.all(np.diff(tr.X.indptr) > 0)
     all_ids = np.concatenate([ds.to_csr(s).row_id for s in ds.splits])
     assert np.array_equal(np.sort(all_ids), np.arange(30_000))
@@ -114,8 +143,9 @@ def test_synth_labels_are_learnable(tmp_path):
 
 
 def test_cli_info_and_json(tmp_path):
-    p = run_cli("prep", "synth", "--rows", "2000", "--features", "300", "--out",
-                tmp_path / "s")
+    p = run_cli(
+        "prep", "synth", "--rows", "2000", "--features", "300", "--out", tmp_path / "s"
+    )
     assert p.returncode == 0, p.stderr
     assert "features     300" in p.stdout and "[bigrate] prep synth" in p.stderr
     p = run_cli("info", tmp_path / "s", "--verify", check=True)

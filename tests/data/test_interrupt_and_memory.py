@@ -14,9 +14,24 @@ from tests.conftest import run_cli
 
 
 def _start_synth(out, rows=3_000_000):
-    cmd = [sys.executable, "-m", "bigrate.cli", "prep", "synth", "--rows", str(rows),
-           "--features", "20000", "--block-rows", "20000", "--jobs", "1", "--out", str(out),
-           "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bigrate.cli",
+        "prep",
+        "synth",
+        "--rows",
+        str(rows),
+        "--features",
+        "20000",
+        "--block-rows",
+        "20000",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -44,16 +59,28 @@ def test_interrupted_prep_leaves_no_dataset(tmp_path, sig):
     if sig != signal.SIGKILL:  # a catchable signal cleans up its own temporary files
         assert not tmp.exists()
     # the next prep of the same target works, and clears a killed run's leftovers
-    p = run_cli("prep", "synth", "--rows", "3000", "--features", "500", "--out",
-                tmp_path / "ds", "--quiet")
+    p = run_cli(
+        "prep",
+        "synth",
+        "--rows",
+        "3000",
+        "--features",
+        "500",
+        "--out",
+        tmp_path / "ds",
+        "--quiet",
+    )
     assert p.returncode == 0, p.stderr
     assert not list(tmp_path.glob(".ds.*"))
     ShardedDataset(tmp_path / "ds", verify=True)
 
 
 def _peak_rss_mb(args) -> tuple[float, subprocess.CompletedProcess]:
-    proc = subprocess.Popen([sys.executable, "-m", "bigrate.cli", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bigrate.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     out, err = proc.communicate()
     assert os.waitstatus_to_exitcode(status) == 0, err.decode()
@@ -91,8 +118,17 @@ def test_streaming_conversion_stays_under_a_memory_cap(tmp_path):
     assert size >= 4 * cap_mb * 2**20
     tiny = tmp_path / "tiny.svm"
     tiny.write_text("1 1:1\n-1 2:1\n" * 50)
-    common = ["--chunk-mb", "4", "--row-group-size", "8192", "--rows-per-file", "65536",
-              "--quiet", "--split", "train=0.8,val=0.2"]
+    common = [
+        "--chunk-mb",
+        "4",
+        "--row-group-size",
+        "8192",
+        "--rows-per-file",
+        "65536",
+        "--quiet",
+        "--split",
+        "train=0.8,val=0.2",
+    ]
     base, _ = _peak_rss_mb(["prep", "svmlight", tiny, "--out", tmp_path / "t", *common])
     peak, _ = _peak_rss_mb(["prep", "svmlight", big, "--out", tmp_path / "b", *common])
     ds = ShardedDataset(tmp_path / "b")
@@ -101,4 +137,6 @@ def test_streaming_conversion_stays_under_a_memory_cap(tmp_path):
     # in-memory CSR of this file (float64 values + int32 indices, as sklearn loads it)
     csr_mb = (rows * 30 * 12) / 2**20
     assert peak - base < cap_mb, (peak, base, csr_mb)
-    print(f"file {size / 2**20:.0f} MiB, CSR {csr_mb:.0f} MiB, extra RSS {peak - base:.0f} MiB")
+    print(
+        f"file {size / 2**20:.0f} MiB, CSR {csr_mb:.0f} MiB, extra RSS {peak - base:.0f} MiB"
+    )

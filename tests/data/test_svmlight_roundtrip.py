@@ -24,8 +24,15 @@ def assert_same_csr(A, B):
 
 def test_a9a_train_file_round_trip_is_exact(shared_data, tmp_path):
     src = shared_data / "a9a" / "a9a.bz2"
-    prep_svmlight([src], tmp_path / "ds", split="train=1", positive_labels=["-1"],
-                  negative_labels=["1"], progress=False, chunk_bytes=256 << 10)
+    prep_svmlight(
+        [src],
+        tmp_path / "ds",
+        split="train=1",
+        positive_labels=["-1"],
+        negative_labels=["1"],
+        progress=False,
+        chunk_bytes=256 << 10,
+    )
     ds = ShardedDataset(tmp_path / "ds", verify=True)
     X, y = load_svmlight_file(str(src))
     got = ds.to_csr("train")
@@ -42,10 +49,15 @@ def test_a9a_recipe_splits_partition_the_rows(shared_data, tmp_path):
     assert man["label_mapping"]["positive"] == ["-1"]
     assert [s["name"] for s in man["sources"]] == ["a9a.bz2", "a9a.t.bz2"]
     # exact stratification: round(n_c * 0.9) of each class in train
-    assert ds.class_counts("train") == {"pos": round(24720 * 0.9), "neg": round(7841 * 0.9)}
+    assert ds.class_counts("train") == {
+        "pos": round(24720 * 0.9),
+        "neg": round(7841 * 0.9),
+    }
     assert ds.class_counts("test") == {"pos": 12435, "neg": 3846}
     Xtr, ytr = load_svmlight_file(str(shared_data / "a9a" / "a9a.bz2"), n_features=123)
-    Xte, yte = load_svmlight_file(str(shared_data / "a9a" / "a9a.t.bz2"), n_features=123)
+    Xte, yte = load_svmlight_file(
+        str(shared_data / "a9a" / "a9a.t.bz2"), n_features=123
+    )
     blocks = [ds.to_csr(s) for s in ("train", "val", "test")]
     rid = np.concatenate([b.row_id for b in blocks])
     order = np.argsort(rid)
@@ -61,7 +73,9 @@ def test_a9a_recipe_splits_partition_the_rows(shared_data, tmp_path):
 @pytest.mark.parametrize("chunk", [1024, 1 << 20])
 def test_edge_cases_round_trip(tmp_path, chunk):
     src = random_svmlight(tmp_path / "edge.svm", n=3000, d=500, seed=3)
-    prep_svmlight([src], tmp_path / "ds", split="train=1", progress=False, chunk_bytes=chunk)
+    prep_svmlight(
+        [src], tmp_path / "ds", split="train=1", progress=False, chunk_bytes=chunk
+    )
     ds = ShardedDataset(tmp_path / "ds")
     X, y = load_svmlight_file(str(src), zero_based=False)
     got = ds.to_csr("train")
@@ -74,8 +88,13 @@ def test_edge_cases_round_trip(tmp_path, chunk):
 def test_compressed_input_and_zero_based(tmp_path):
     text = "1 0:1.5 3:2\n-1 2:0.25\n1\n-1 0:-1\n"
     (tmp_path / "z.svm.bz2").write_bytes(bz2.compress(text.encode()))
-    prep_svmlight([tmp_path / "z.svm.bz2"], tmp_path / "ds", split="train=1",
-                  zero_based=True, progress=False)
+    prep_svmlight(
+        [tmp_path / "z.svm.bz2"],
+        tmp_path / "ds",
+        split="train=1",
+        zero_based=True,
+        progress=False,
+    )
     got = ShardedDataset(tmp_path / "ds").to_csr("train")
     np.testing.assert_array_equal(
         got.X.toarray(), [[1.5, 0, 0, 2], [0, 0, 0.25, 0], [0, 0, 0, 0], [-1, 0, 0, 0]]
@@ -86,18 +105,34 @@ def test_split_is_exact_and_independent_of_chunking(tmp_path):
     src = random_svmlight(tmp_path / "s.svm", n=20000, d=50, seed=1, p_empty=0.0)
     mans = []
     for k, chunk in enumerate([2048, 64 << 20]):
-        mans.append(prep_svmlight([src], tmp_path / f"d{k}", split="train=0.7,val=0.2,test=0.1",
-                                  seed=5, progress=False, chunk_bytes=chunk))
+        mans.append(
+            prep_svmlight(
+                [src],
+                tmp_path / f"d{k}",
+                split="train=0.7,val=0.2,test=0.1",
+                seed=5,
+                progress=False,
+                chunk_bytes=chunk,
+            )
+        )
     a, b = (ShardedDataset(tmp_path / f"d{k}") for k in range(2))
     _, y = load_svmlight_file(str(src))
     npos, nneg = int((y == 1).sum()), int((y == -1).sum())
     for s, lo, hi in (("train", 0.0, 0.7), ("val", 0.7, 0.9), ("test", 0.9, 1.0)):
-        want = {"pos": round(npos * hi) - round(npos * lo), "neg": round(nneg * hi) - round(nneg * lo)}
+        want = {
+            "pos": round(npos * hi) - round(npos * lo),
+            "neg": round(nneg * hi) - round(nneg * lo),
+        }
         assert a.class_counts(s) == want == b.class_counts(s)
         np.testing.assert_array_equal(a.to_csr(s).row_id, b.to_csr(s).row_id)
     # a different seed gives a different (but equally exact) split
-    prep_svmlight([src], tmp_path / "d2", split="train=0.7,val=0.2,test=0.1", seed=6,
-                  progress=False)
+    prep_svmlight(
+        [src],
+        tmp_path / "d2",
+        split="train=0.7,val=0.2,test=0.1",
+        seed=6,
+        progress=False,
+    )
     c = ShardedDataset(tmp_path / "d2")
     assert c.class_counts("val") == a.class_counts("val")
     assert not np.array_equal(c.to_csr("val").row_id, a.to_csr("val").row_id)
@@ -105,8 +140,14 @@ def test_split_is_exact_and_independent_of_chunking(tmp_path):
 
 def test_row_groups_files_and_schema(tmp_path):
     src = random_svmlight(tmp_path / "s.svm", n=5000, d=40, seed=2, p_empty=0.0)
-    man = prep_svmlight([src], tmp_path / "ds", split="train=1", row_group_size=300,
-                        rows_per_file=1200, progress=False)
+    man = prep_svmlight(
+        [src],
+        tmp_path / "ds",
+        split="train=1",
+        row_group_size=300,
+        rows_per_file=1200,
+        progress=False,
+    )
     ds = ShardedDataset(tmp_path / "ds")
     files = ds.files("train", "pos")
     assert len(files) == -(-ds.class_counts("train")["pos"] // 1200)
@@ -120,11 +161,22 @@ def test_row_groups_files_and_schema(tmp_path):
 
     assert sch.field("indices").type.value_type == pa.int32()
     assert sch.field("values").type.value_type == pa.float32()
-    assert sch.field("row_id").type.bit_width == 64 and sch.field("label").type.bit_width == 8
+    assert (
+        sch.field("row_id").type.bit_width == 64
+        and sch.field("label").type.bit_width == 8
+    )
     on_disk = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     assert on_disk == man
-    for key in ("format_version", "n_features", "rows", "files", "label_mapping",
-                "preprocessing", "sources", "command"):
+    for key in (
+        "format_version",
+        "n_features",
+        "rows",
+        "files",
+        "label_mapping",
+        "preprocessing",
+        "sources",
+        "command",
+    ):
         assert key in man
     # batches are bounded and cover the split exactly once
     seen = []

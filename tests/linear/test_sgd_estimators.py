@@ -22,8 +22,12 @@ def blobs(seed, n=4000, d=10, sep=1.6):
 
 def write_dataset(path, X, y, row_group_size=256):
     Xs = sp.csr_matrix(X.astype(np.float32))
-    with DatasetWriter(path, splits=("train",), row_group_size=row_group_size,
-                       rows_per_file=4 * row_group_size) as w:
+    with DatasetWriter(
+        path,
+        splits=("train",),
+        row_group_size=row_group_size,
+        rows_per_file=4 * row_group_size,
+    ) as w:
         w.append("train", RowBlock(X=Xs, y=y.astype(np.int8), row_id=np.arange(len(y))))
         w.commit(n_features=X.shape[1], label_mapping={}, preprocessing={}, sources=[])
     return ShardedDataset(path)
@@ -43,8 +47,15 @@ def test_constraint_holds_on_training_data(rho, loss, seed):
 
 def test_smaller_rho_trades_misses_for_false_alarms(seed):
     X, y = blobs(seed)
-    res = [pfa_pnd(y, NeymanPearsonSGD(rho=r, epochs=15, random_state=seed)
-                   .fit(X, y).decision_function(X)) for r in (0.02, 0.2)]
+    res = [
+        pfa_pnd(
+            y,
+            NeymanPearsonSGD(rho=r, epochs=15, random_state=seed)
+            .fit(X, y)
+            .decision_function(X),
+        )
+        for r in (0.02, 0.2)
+    ]
     assert res[0][0] < res[1][0] and res[0][1] > res[1][1]
 
 
@@ -54,7 +65,9 @@ def test_labels_zero_one_and_sparse_dense_agree(seed):
     b = NeymanPearsonSGD(epochs=3, random_state=1).fit(X, (y > 0).astype(int))
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert list(b.classes_) == [0, 1] and set(b.predict(X)) <= {0, 1}
-    c = NeymanPearsonSGD(epochs=3, random_state=1, fit_intercept=True).fit(sp.csr_matrix(X), y)
+    c = NeymanPearsonSGD(epochs=3, random_state=1, fit_intercept=True).fit(
+        sp.csr_matrix(X), y
+    )
     # same sample order and steps; only the sparse-input intercept rate differs
     assert np.corrcoef(a.coef_.ravel(), c.coef_.ravel())[0, 1] > 0.95
     d = NeymanPearsonSGD(epochs=3, random_state=1).fit(X, y)
@@ -64,8 +77,15 @@ def test_labels_zero_one_and_sparse_dense_agree(seed):
 def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, seed):
     X, y = blobs(seed, n=3000)
     ds = write_dataset(tmp_path / "ds", X, y)
-    params = dict(rho=0.1, epochs=2, gamma0=0.01, nu=0.005, random_state=seed,
-                  buffer_rows=700, batch_rows=128)
+    params = dict(
+        rho=0.1,
+        epochs=2,
+        gamma0=0.01,
+        nu=0.005,
+        random_state=seed,
+        buffer_rows=700,
+        batch_rows=128,
+    )
     streamed = NeymanPearsonSGD(**params).fit(ds)
     # replay: the same sampler, the same chunks, on the in-memory matrix
     sampler = ShardSampler(ds, "balanced", seed, buffer_rows=700, batch_rows=128)
@@ -89,7 +109,9 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
     v, state = np.zeros(X.shape[1]), np.array([1.0, 0.0, 1.0, 0.0])
     Xs = sp.csr_matrix(X.astype(np.float32))
     run_steps(KernelConfig(**cfg), v, state, Xs, y.astype(np.int8), order, np.zeros(6))
-    np.testing.assert_allclose(v * state[0], streamed.coef_.ravel(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        v * state[0], streamed.coef_.ravel(), rtol=1e-10, atol=1e-12
+    )
     assert state[1] == pytest.approx(streamed.intercept_[0], rel=1e-10, abs=1e-12)
     assert state[2] == pytest.approx(streamed.multiplier_, rel=1e-10)
     assert mem.coef_.shape == streamed.coef_.shape
@@ -98,8 +120,9 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
 def test_streaming_fit_quality_and_path_input(tmp_path, seed):
     X, y = blobs(seed, n=6000)
     write_dataset(tmp_path / "ds", X, y, row_group_size=512)
-    clf = NeymanPearsonSGD(rho=0.05, epochs=10, random_state=seed,
-                           buffer_rows=1000).fit(str(tmp_path / "ds"))
+    clf = NeymanPearsonSGD(
+        rho=0.05, epochs=10, random_state=seed, buffer_rows=1000
+    ).fit(str(tmp_path / "ds"))
     c = clf.score_confusion(tmp_path / "ds", split="train")
     assert c.pfa <= 0.07 and c.pnd < 0.5
     assert c == Confusion.of(y, clf.decision_function(X))
@@ -108,8 +131,9 @@ def test_streaming_fit_quality_and_path_input(tmp_path, seed):
 def test_umbrella_calibration_bounds_test_false_alarms(seed):
     X, y = blobs(seed, n=12000)
     Xt, yt = blobs(seed + 100, n=20000)
-    clf = NeymanPearsonSGD(rho=0.05, calibrate="umbrella", delta=0.01, epochs=5,
-                           random_state=seed).fit(X, y)
+    clf = NeymanPearsonSGD(
+        rho=0.05, calibrate="umbrella", delta=0.01, epochs=5, random_state=seed
+    ).fit(X, y)
     pfa, pnd = pfa_pnd(yt, clf.decision_function(Xt))
     assert pfa <= 0.05 and pnd < 0.6
     assert clf.n_calibration_ == pytest.approx(0.3 * (y < 0).sum(), rel=0.1)
@@ -189,9 +213,15 @@ def test_sklearn_estimator_checks():
     from bigrate import BigrateWarning
 
     warnings.simplefilter("ignore", BigrateWarning)  # 2 epochs on tiny data: expected
-    for est in (NeymanPearsonSGD(epochs=2, random_state=0), QValueSGD(epochs=2, random_state=0)):
-        check_estimator(est, expected_failed_checks={
-            # NP / q-value classifiers trade accuracy for a rate target: on the checks'
-            # tiny balanced sets they need not reach the accuracy the check asks for
-            "check_classifiers_train": "rate-constrained, not accuracy-maximising",
-        })
+    for est in (
+        NeymanPearsonSGD(epochs=2, random_state=0),
+        QValueSGD(epochs=2, random_state=0),
+    ):
+        check_estimator(
+            est,
+            expected_failed_checks={
+                # NP / q-value classifiers trade accuracy for a rate target: on the checks'
+                # tiny balanced sets they need not reach the accuracy the check asks for
+                "check_classifiers_train": "rate-constrained, not accuracy-maximising",
+            },
+        )

@@ -67,10 +67,18 @@ def test_np_kernel_matches_reference_iterates(loss, mode, seed):
     X, y, rng = problem(seed)
     order = rng.integers(0, len(y), 2000)
     n, npos = len(y), int((y > 0).sum())
-    cfg = KernelConfig(mode=mode, w_pos=1.0 if mode == "balanced" else n / npos,
-                       w_neg=1.0 if mode == "balanced" else n / (n - npos), lambda_c=1e-2,
-                       gamma0=0.05, nu=0.01, target=0.1, eta=0.7, loss=loss_code(loss),
-                       intercept_rate=1.0)
+    cfg = KernelConfig(
+        mode=mode,
+        w_pos=1.0 if mode == "balanced" else n / npos,
+        w_neg=1.0 if mode == "balanced" else n / (n - npos),
+        lambda_c=1e-2,
+        gamma0=0.05,
+        nu=0.01,
+        target=0.1,
+        eta=0.7,
+        loss=loss_code(loss),
+        intercept_rate=1.0,
+    )
     v, state, stats = np.zeros(X.shape[1]), np.array([1.0, 0.0, 1.3, 0.0]), np.zeros(6)
     Xs = sp.csr_matrix(X)
     # in three chunks, to check that the state carries over exactly
@@ -89,9 +97,18 @@ def test_qvalue_kernel_matches_reference(loss, seed):
     X, y, rng = problem(seed)
     pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
     po, no = rng.choice(pos, 800), rng.choice(neg, 800)
-    cfg = KernelConfig(mode="pairs", w_pos=1, w_neg=1, lambda_c=1e-2, gamma0=0.05,
-                       nu=0.02, target=0.05, eta=1.0, loss=loss_code(loss),
-                       intercept_rate=0.5)
+    cfg = KernelConfig(
+        mode="pairs",
+        w_pos=1,
+        w_neg=1,
+        lambda_c=1e-2,
+        gamma0=0.05,
+        nu=0.02,
+        target=0.05,
+        eta=1.0,
+        loss=loss_code(loss),
+        intercept_rate=0.5,
+    )
     v, state, stats = np.zeros(X.shape[1]), np.array([1.0, 0.0, 1.0, 0.0]), np.zeros(6)
     run_steps(cfg, v, state, sp.csr_matrix(X), y, (po, no), stats)
     w_ref, b_ref, lam_ref = ref_q(X, po, no, cfg, loss, 1.0)
@@ -104,8 +121,18 @@ def test_scale_renormalisation_keeps_iterates(seed):
     """A huge regulariser drives the scale below 1e-9 many times; w stays exact."""
     X, y, rng = problem(seed, n=100, d=8)
     order = rng.integers(0, 100, 3000)
-    cfg = KernelConfig(mode="balanced", w_pos=1, w_neg=1, lambda_c=5.0, gamma0=0.1,
-                       nu=0.0, target=0.1, eta=1.0, loss=0, intercept_rate=1.0)
+    cfg = KernelConfig(
+        mode="balanced",
+        w_pos=1,
+        w_neg=1,
+        lambda_c=5.0,
+        gamma0=0.1,
+        nu=0.0,
+        target=0.1,
+        eta=1.0,
+        loss=0,
+        intercept_rate=1.0,
+    )
     v, state = np.zeros(8), np.array([1.0, 0.0, 1.0, 0.0])
     run_steps(cfg, v, state, sp.csr_matrix(X), y, order, np.zeros(6))
     w_ref, b_ref, _ = ref_np(X, y, order, cfg, "sigmoid", 1.0)

@@ -114,15 +114,20 @@ class LabelMapper:
     name the same svmlight label.
     """
 
-    def __init__(self, positive: Iterable[str] | None = None,
-                 negative: Iterable[str] | None = None):
+    def __init__(
+        self,
+        positive: Iterable[str] | None = None,
+        negative: Iterable[str] | None = None,
+    ):
         self.positive = None if positive is None else {_norm(x) for x in positive}
         self.negative = None if negative is None else {_norm(x) for x in negative}
         if self.positive is not None and not self.positive:
             raise ValueError("positive labels: give at least one label")
         if self.negative is not None and self.positive is None:
-            raise ValueError("negative labels were given without positive labels; "
-                             "give --positive-labels too")
+            raise ValueError(
+                "negative labels were given without positive labels; "
+                "give --positive-labels too"
+            )
         if self.positive and self.negative and self.positive & self.negative:
             raise ValueError(
                 f"labels {sorted(self.positive & self.negative)} are listed as both "
@@ -134,11 +139,13 @@ class LabelMapper:
         """int8 labels for ``raw``; ``where(k)`` gives (path, line) of row k for errors."""
         uniq, inverse, cnt = np.unique(raw, return_inverse=True, return_counts=True)
         names = [_norm(u) for u in uniq]
-        for n, c in zip(names, cnt):
+        for n, c in zip(names, cnt, strict=True):
             self.counts[n] = self.counts.get(n, 0) + int(c)
         code = np.empty(len(uniq), dtype=np.int8)
         for k, n in enumerate(names):
-            code[k] = self._code(n, lambda: where(int(np.flatnonzero(inverse == k)[0])))
+            code[k] = self._code(
+                n, lambda k=k: where(int(np.flatnonzero(inverse == k)[0]))
+            )
         return code[inverse.ravel()]
 
     def _code(self, name: str, locate) -> int:
@@ -151,7 +158,8 @@ class LabelMapper:
             raise DataError(
                 f"label {name!r} is neither positive {sorted(self.positive)} nor negative "
                 f"{sorted(self.negative)}; labels found so far: {sorted(self.counts)}",
-                path=path, line=line,
+                path=path,
+                line=line,
             )
         seen = set(self.counts)
         if seen <= {"-1", "1"}:
@@ -163,11 +171,16 @@ class LabelMapper:
             f"labels found {sorted(seen)} are not {{-1, +1}} or {{0, 1}}, so which class is "
             "positive is not known; pass --positive-labels (and --negative-labels to "
             "refuse any other label)",
-            path=path, line=line,
+            path=path,
+            line=line,
         )
 
     def check_two_classes(self) -> None:
-        pos = sum(c for n, c in self.counts.items() if self._code(n, lambda: (None, None)) == 1)
+        pos = sum(
+            c
+            for n, c in self.counts.items()
+            if self._code(n, lambda: (None, None)) == 1
+        )
         neg = sum(self.counts.values()) - pos
         if pos == 0 or neg == 0:
             raise DataError(
@@ -178,7 +191,11 @@ class LabelMapper:
     def manifest(self) -> dict:
         pos = sorted(n for n in self.counts if self._code(n, lambda: (None, None)) == 1)
         neg = sorted(n for n in self.counts if n not in pos)
-        return {"positive": pos, "negative": neg, "source_counts": dict(sorted(self.counts.items()))}
+        return {
+            "positive": pos,
+            "negative": neg,
+            "source_counts": dict(sorted(self.counts.items())),
+        }
 
 
 def _norm(label) -> str:
@@ -189,8 +206,9 @@ def _norm(label) -> str:
         return s
 
 
-def finish_block(X, raw_y, row_id0: int, mapper: LabelMapper, l2_normalize: bool,
-                 where, group=None) -> RowBlock:
+def finish_block(
+    X, raw_y, row_id0: int, mapper: LabelMapper, l2_normalize: bool, where, group=None
+) -> RowBlock:
     """Checks and preprocessing common to every converter: finite values, label
     mapping, float32/int32 CSR, optional row L2 normalisation."""
     X.sort_indices()
@@ -199,8 +217,11 @@ def finish_block(X, raw_y, row_id0: int, mapper: LabelMapper, l2_normalize: bool
         bad = int(np.flatnonzero(~np.isfinite(data))[0])
         row = int(np.searchsorted(X.indptr, bad, side="right") - 1)
         path, line = where(row)
-        raise DataError(f"non-finite value {data[bad]} (NaN and infinity are not allowed)",
-                        path=path, line=line)
+        raise DataError(
+            f"non-finite value {data[bad]} (NaN and infinity are not allowed)",
+            path=path,
+            line=line,
+        )
     y = mapper.map(raw_y, where)
     X = X.astype(np.float32, copy=False)
     X.indices = X.indices.astype(np.int32, copy=False)
@@ -208,16 +229,29 @@ def finish_block(X, raw_y, row_id0: int, mapper: LabelMapper, l2_normalize: bool
         X.data = np.array(X.data, dtype=np.float32, copy=True)
         l2_normalize_rows(X.indptr, X.data)
     n = X.shape[0]
-    return RowBlock(X=X, y=y, row_id=np.arange(row_id0, row_id0 + n, dtype=np.int64),
-                    group=group)
+    return RowBlock(
+        X=X, y=y, row_id=np.arange(row_id0, row_id0 + n, dtype=np.int64), group=group
+    )
 
 
 class Progress:
     """Progress lines on stderr, at most one every ``every`` seconds."""
 
-    def __init__(self, what: str, total: int | None = None, enabled: bool = True,
-                 every: float = 2.0, unit: str = "rows"):
-        self.what, self.total, self.enabled, self.every, self.unit = what, total, enabled, every, unit
+    def __init__(
+        self,
+        what: str,
+        total: int | None = None,
+        enabled: bool = True,
+        every: float = 2.0,
+        unit: str = "rows",
+    ):
+        self.what, self.total, self.enabled, self.every, self.unit = (
+            what,
+            total,
+            enabled,
+            every,
+            unit,
+        )
         self.t0 = self.last = time.perf_counter()
         self.done = 0
 
@@ -233,9 +267,12 @@ class Progress:
         rate = self.done / el if el > 0 else 0.0
         tot = f"/{self.total:,}" if self.total else ""
         pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        print(f"[bigrate] {self.what}: {self.done:,}{tot} {self.unit}{pct}, "
-              f"{rate:,.0f} {self.unit}/s, {el:.0f}s {extra}".rstrip(),
-              file=sys.stderr, flush=True)
+        print(
+            f"[bigrate] {self.what}: {self.done:,}{tot} {self.unit}{pct}, "
+            f"{rate:,.0f} {self.unit}/s, {el:.0f}s {extra}".rstrip(),
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self, extra: str = "") -> None:
         if self.enabled:

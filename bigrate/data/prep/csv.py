@@ -42,22 +42,35 @@ def _resolve(spec, names: list[str], what: str, path) -> str:
         k = None
     if k is not None and -len(names) <= k < len(names):
         return names[k]
-    raise DataError(f"{what} {spec!r} is not a column; columns are {names[:12]}"
-                    + (" ..." if len(names) > 12 else ""), path=str(path))
+    raise DataError(
+        f"{what} {spec!r} is not a column; columns are {names[:12]}"
+        + (" ..." if len(names) > 12 else ""),
+        path=str(path),
+    )
 
 
 def _locate_bad_cell(path, skip_rows, header, delimiter, names, column, na_values):
     """Re-read ``column`` as text and find the first cell that is not a number."""
-    ropts = pacsv.ReadOptions(column_names=names, skip_rows=skip_rows + (1 if header else 0),
-                              block_size=1 << 22)
-    copts = pacsv.ConvertOptions(column_types={column: pa.string()}, include_columns=[column],
-                                 null_values=list(na_values), strings_can_be_null=True)
+    ropts = pacsv.ReadOptions(
+        column_names=names,
+        skip_rows=skip_rows + (1 if header else 0),
+        block_size=1 << 22,
+    )
+    copts = pacsv.ConvertOptions(
+        column_types={column: pa.string()},
+        include_columns=[column],
+        null_values=list(na_values),
+        strings_can_be_null=True,
+    )
     line0 = skip_rows + (1 if header else 0) + 1
     seen = 0
     with Source(path) as src:
-        reader = pacsv.open_csv(src.stream, read_options=ropts,
-                                parse_options=pacsv.ParseOptions(delimiter=delimiter),
-                                convert_options=copts)
+        reader = pacsv.open_csv(
+            src.stream,
+            read_options=ropts,
+            parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            convert_options=copts,
+        )
         for rb in reader:
             for k, v in enumerate(rb.column(0).to_pylist()):
                 if v is None:
@@ -65,8 +78,12 @@ def _locate_bad_cell(path, skip_rows, header, delimiter, names, column, na_value
                 try:
                     float(v)
                 except ValueError:
-                    return DataError(f"cell {v!r} is not a number", path=str(path),
-                                     line=line0 + seen + k, column=column)
+                    return DataError(
+                        f"cell {v!r} is not a number",
+                        path=str(path),
+                        line=line0 + seen + k,
+                        column=column,
+                    )
             seen += rb.num_rows
     return None
 
@@ -113,14 +130,23 @@ def prep_csv(
     if split is None:
         split = "train=0.9,val=0.1" if test_file else "train=0.8,val=0.1,test=0.1"
     fractions = parse_fractions(split)
-    splits = [s for s in ("train", "val", "test")
-              if s in fractions or (s == "test" and test_file)]
+    splits = [
+        s
+        for s in ("train", "val", "test")
+        if s in fractions or (s == "test" and test_file)
+    ]
     head = _read_head(file, skip_rows, delimiter)
     names = head if header else [str(i) for i in range(len(head))]
     if len(set(names)) != len(names):
-        raise DataError(f"duplicate column names in the header: {names}", path=str(file))
+        raise DataError(
+            f"duplicate column names in the header: {names}", path=str(file)
+        )
     label = _resolve(label_column, names, "label column", file)
-    group = None if group_column is None else _resolve(group_column, names, "group column", file)
+    group = (
+        None
+        if group_column is None
+        else _resolve(group_column, names, "group column", file)
+    )
     drops = {_resolve(c, names, "dropped column", file) for c in drop_columns}
     feats = [c for c in names if c not in drops and c != label and c != group]
     if not feats:
@@ -135,30 +161,46 @@ def prep_csv(
     types[label] = pa.string()
     if group is not None:
         types[group] = pa.string()
-    with DatasetWriter(out, splits=splits, has_group=group is not None, overwrite=overwrite,
-                       row_group_size=row_group_size, rows_per_file=rows_per_file,
-                       compression=compression) as w:
+    with DatasetWriter(
+        out,
+        splits=splits,
+        has_group=group is not None,
+        overwrite=overwrite,
+        row_group_size=row_group_size,
+        rows_per_file=rows_per_file,
+        compression=compression,
+    ) as w:
         for role, path in (("pool", file), ("test", test_file)):
             if path is None:
                 continue
             if path != file:
                 other = _read_head(path, skip_rows, delimiter)
                 if len(other) != len(head) or (header and other != head):
-                    raise DataError(f"header/width {other[:6]}... differs from {file}",
-                                    path=str(path))
-            ropts = pacsv.ReadOptions(column_names=names, block_size=block_bytes,
-                                      skip_rows=skip_rows + (1 if header else 0))
-            copts = pacsv.ConvertOptions(column_types=types, null_values=list(na_values),
-                                         strings_can_be_null=True,
-                                         include_columns=feats + [label]
-                                         + ([group] if group else []))
+                    raise DataError(
+                        f"header/width {other[:6]}... differs from {file}",
+                        path=str(path),
+                    )
+            ropts = pacsv.ReadOptions(
+                column_names=names,
+                block_size=block_bytes,
+                skip_rows=skip_rows + (1 if header else 0),
+            )
+            copts = pacsv.ConvertOptions(
+                column_types=types,
+                null_values=list(na_values),
+                strings_can_be_null=True,
+                include_columns=feats + [label] + ([group] if group else []),
+            )
             line0 = skip_rows + (1 if header else 0) + 1
             seen = 0
             with Source(path) as src:
                 try:
-                    reader = pacsv.open_csv(src.stream, read_options=ropts,
-                                            parse_options=pacsv.ParseOptions(delimiter=delimiter),
-                                            convert_options=copts)
+                    reader = pacsv.open_csv(
+                        src.stream,
+                        read_options=ropts,
+                        parse_options=pacsv.ParseOptions(delimiter=delimiter),
+                        convert_options=copts,
+                    )
                     batches = iter(reader)
                     while True:
                         try:
@@ -168,12 +210,19 @@ def prep_csv(
                         n = rb.num_rows
                         base = line0 + seen
 
-                        def where(r, base=base):
+                        def where(r, base=base, path=path):
                             return str(path), base + r
 
-                        dense = np.column_stack(
-                            [rb.column(c).to_numpy(zero_copy_only=False) for c in feats]
-                        ) if n else np.zeros((0, len(feats)))
+                        dense = (
+                            np.column_stack(
+                                [
+                                    rb.column(c).to_numpy(zero_copy_only=False)
+                                    for c in feats
+                                ]
+                            )
+                            if n
+                            else np.zeros((0, len(feats)))
+                        )
                         lab = rb.column(label)
                         grp = rb.column(group) if group else None
                         missing = _nulls(rb, feats)
@@ -183,16 +232,20 @@ def prep_csv(
                         if missing.any():
                             if not drop_missing:
                                 r = int(np.flatnonzero(missing)[0])
-                                col = _first_missing_col(rb, feats + [label]
-                                                         + ([group] if group else []), r)
+                                col = _first_missing_col(
+                                    rb, feats + [label] + ([group] if group else []), r
+                                )
                                 raise DataError(
                                     "missing value (pass --drop-missing to drop such rows)",
-                                    path=str(path), line=base + r, column=col)
+                                    path=str(path),
+                                    line=base + r,
+                                    column=col,
+                                )
                             keep = ~missing
                             dropped += int(missing.sum())
                             rows_line = np.flatnonzero(keep)
 
-                            def where(r, base=base, rows_line=rows_line):  # noqa: F811
+                            def where(r, base=base, rows_line=rows_line, path=path):  # noqa: F811
                                 return str(path), base + int(rows_line[r])
 
                             dense = dense[keep]
@@ -201,12 +254,19 @@ def prep_csv(
                                 grp = grp.filter(pa.array(keep))
                         raw = np.asarray(lab.to_pylist(), dtype=object)
                         if label_transform is not None:
-                            raw = np.asarray([label_transform(v) for v in raw], dtype=object)
+                            raw = np.asarray(
+                                [label_transform(v) for v in raw], dtype=object
+                            )
                         raw = raw.astype(str)
-                        g = None if grp is None else np.asarray(grp.to_pylist(), dtype=object)
+                        g = (
+                            None
+                            if grp is None
+                            else np.asarray(grp.to_pylist(), dtype=object)
+                        )
                         X = sp.csr_matrix(dense)
-                        block = finish_block(X, raw, row_id, mapper, l2_normalize, where,
-                                             group=g)
+                        block = finish_block(
+                            X, raw, row_id, mapper, l2_normalize, where, group=g
+                        )
                         row_id += len(block)
                         seen += n
                         if role == "pool":
@@ -223,11 +283,14 @@ def prep_csv(
                         col = names[k] if k < len(names) else None
                     bad = None
                     if col is not None and col in feats:
-                        bad = _locate_bad_cell(path, skip_rows, header, delimiter, names, col,
-                                               na_values)
+                        bad = _locate_bad_cell(
+                            path, skip_rows, header, delimiter, names, col, na_values
+                        )
                     if bad is not None:
                         raise bad from None
-                    raise DataError(f"could not parse the file: {msg}", path=str(path)) from None
+                    raise DataError(
+                        f"could not parse the file: {msg}", path=str(path)
+                    ) from None
                 sources.append({**src.info(), "role": role})
             if role == "pool":
                 for s, piece in splitter.finish():
@@ -239,9 +302,14 @@ def prep_csv(
             label_mapping=mapper.manifest(),
             preprocessing={
                 "l2_normalize": bool(l2_normalize),
-                "split": {"fractions": fractions, "seed": int(seed),
-                          "method": "exact per-class stratification in seeded windows",
-                          "test_files": [os.path.basename(str(test_file))] if test_file else []},
+                "split": {
+                    "fractions": fractions,
+                    "seed": int(seed),
+                    "method": "exact per-class stratification in seeded windows",
+                    "test_files": [os.path.basename(str(test_file))]
+                    if test_file
+                    else [],
+                },
                 "feature_columns": feats,
                 "label_column": label,
                 "group_column": group,
@@ -274,8 +342,16 @@ def _first_missing_col(rb: pa.RecordBatch, cols: list[str], r: int) -> str | Non
     return None
 
 
-PIN_METADATA = ("SpecId", "Label", "ScanNr", "ExpMass", "Mass", "CalcMass", "Peptide",
-                "Proteins")
+PIN_METADATA = (
+    "SpecId",
+    "Label",
+    "ScanNr",
+    "ExpMass",
+    "Mass",
+    "CalcMass",
+    "Peptide",
+    "Proteins",
+)
 
 
 def prep_pin(file, out, **kw) -> dict:
@@ -285,10 +361,18 @@ def prep_pin(file, out, **kw) -> dict:
     dropped, as mokapot does, and the rest are features."""
     head = _read_head(file, 0, "\t")
     if "Label" not in head or "SpecId" not in head:
-        raise DataError("not a pin file: the header has no SpecId and Label columns",
-                        path=str(file))
+        raise DataError(
+            "not a pin file: the header has no SpecId and Label columns", path=str(file)
+        )
     drops = [c for c in head if c in PIN_METADATA and c != "Label"]
     kw.setdefault("positive_labels", ["1"])
     kw.setdefault("negative_labels", ["-1"])
-    return prep_csv(file, out, label_column="Label", drop_columns=drops, delimiter="\t",
-                    header=True, **kw)
+    return prep_csv(
+        file,
+        out,
+        label_column="Label",
+        drop_columns=drops,
+        delimiter="\t",
+        header=True,
+        **kw,
+    )

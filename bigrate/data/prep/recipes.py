@@ -48,8 +48,9 @@ def _files(shared: Path, name: str) -> dict[str, Path]:
         p = folder / f["file"]
         got = sha256_file(p)
         if got != f["sha256"]:
-            raise DataError(f"sha256 {got} differs from MANIFEST.json's {f['sha256']}",
-                            path=str(p))
+            raise DataError(
+                f"sha256 {got} differs from MANIFEST.json's {f['sha256']}", path=str(p)
+            )
         out[f["file"]] = p
     return out
 
@@ -64,65 +65,130 @@ def _keel_header_lines(path: Path) -> int:
 
 def a9a(shared, out, **kw):
     f = _files(shared, "a9a")
-    return prep_svmlight([f["a9a.bz2"]], out, test_files=[f["a9a.t.bz2"]],
-                         positive_labels=["-1"], negative_labels=["1"], n_features=123, **kw)
+    return prep_svmlight(
+        [f["a9a.bz2"]],
+        out,
+        test_files=[f["a9a.t.bz2"]],
+        positive_labels=["-1"],
+        negative_labels=["1"],
+        n_features=123,
+        **kw,
+    )
 
 
 def spambase(shared, out, **kw):
     f = _files(shared, "spambase")
-    return prep_csv(f["spambase.tsv.gz"], out, label_column="target", delimiter="\t",
-                    positive_labels=["0"], negative_labels=["1"], **kw)
+    return prep_csv(
+        f["spambase.tsv.gz"],
+        out,
+        label_column="target",
+        delimiter="\t",
+        positive_labels=["0"],
+        negative_labels=["1"],
+        **kw,
+    )
 
 
 def heart_statlog(shared, out, **kw):
     f = _files(shared, "heart_statlog")
-    return prep_csv(f["heart_statlog.tsv.gz"], out, label_column="target", delimiter="\t",
-                    positive_labels=["0"], negative_labels=["1"], **kw)
+    return prep_csv(
+        f["heart_statlog.tsv.gz"],
+        out,
+        label_column="target",
+        delimiter="\t",
+        positive_labels=["0"],
+        negative_labels=["1"],
+        **kw,
+    )
 
 
 def sonar(shared, out, **kw):
     f = _files(shared, "sonar")
-    return prep_csv(f["sonar.csv"], out, label_column="-1", header=False,
-                    positive_labels=["M"], negative_labels=["R"], **kw)
+    return prep_csv(
+        f["sonar.csv"],
+        out,
+        label_column="-1",
+        header=False,
+        positive_labels=["M"],
+        negative_labels=["R"],
+        **kw,
+    )
 
 
 def ionosphere(shared, out, **kw):
     f = _files(shared, "ionosphere")
-    return prep_csv(f["ionosphere.csv"], out, label_column="-1", header=False,
-                    positive_labels=["g"], negative_labels=["b"], **kw)
+    return prep_csv(
+        f["ionosphere.csv"],
+        out,
+        label_column="-1",
+        header=False,
+        positive_labels=["g"],
+        negative_labels=["b"],
+        **kw,
+    )
 
 
 def breast_cancer_wisconsin_diagnostic(shared, out, **kw):
     f = _files(shared, "breast_cancer_wisconsin_diagnostic")
     # one added header line "1,2,...,32": column "1" is the id, "2" the diagnosis
-    return prep_csv(f["wdbc.data"], out, label_column="2", drop_columns=["1"],
-                    positive_labels=["B"], negative_labels=["M"], **kw)
+    return prep_csv(
+        f["wdbc.data"],
+        out,
+        label_column="2",
+        drop_columns=["1"],
+        positive_labels=["B"],
+        negative_labels=["M"],
+        **kw,
+    )
 
 
 def breast_cancer_wisconsin_original(shared, out, **kw):
     f = _files(shared, "breast_cancer_wisconsin_original")
     kw.setdefault("drop_missing", True)  # the 16 "?" rows: the usual 683-row version
-    return prep_csv(f["breast-cancer-wisconsin.data"], out, label_column="10", header=False,
-                    drop_columns=["0"], positive_labels=["2"], negative_labels=["4"], **kw)
+    return prep_csv(
+        f["breast-cancer-wisconsin.data"],
+        out,
+        label_column="10",
+        header=False,
+        drop_columns=["0"],
+        positive_labels=["2"],
+        negative_labels=["4"],
+        **kw,
+    )
 
 
 def _keel(name):
     def recipe(shared, out, **kw):
         f = _files(shared, name)
         path = f[f"{name}.dat"]
-        return prep_csv(path, out, label_column="-1", header=False,
-                        skip_rows=_keel_header_lines(path),
-                        positive_labels=["negative"], negative_labels=["positive"], **kw)
+        return prep_csv(
+            path,
+            out,
+            label_column="-1",
+            header=False,
+            skip_rows=_keel_header_lines(path),
+            positive_labels=["negative"],
+            negative_labels=["positive"],
+            **kw,
+        )
 
-    recipe.__doc__ = f"KEEL {name}: majority ('negative' in the file) is our positive class."
+    recipe.__doc__ = (
+        f"KEEL {name}: majority ('negative' in the file) is our positive class."
+    )
     return recipe
 
 
 def hill_valley(shared, out, **kw):
     f = _files(shared, "hill_valley")
-    return prep_csv(f["Hill_Valley_with_noise_Training.data.gz"], out, label_column="class",
-                    test_file=f["Hill_Valley_with_noise_Testing.data.gz"],
-                    positive_labels=["1"], negative_labels=["0"], **kw)
+    return prep_csv(
+        f["Hill_Valley_with_noise_Training.data.gz"],
+        out,
+        label_column="class",
+        test_file=f["Hill_Valley_with_noise_Testing.data.gz"],
+        positive_labels=["1"],
+        negative_labels=["0"],
+        **kw,
+    )
 
 
 def psm_pin_mokapot_10k(shared, out, **kw):
@@ -148,7 +214,9 @@ RECIPES: dict[str, Callable] = {
 def run_recipe(dataset: str, out, *, shared=None, **kw) -> dict:
     """Prepare the shared dataset named ``dataset`` into shards at ``out``."""
     if dataset not in RECIPES:
-        raise ValueError(f"unknown recipe {dataset!r}; known: {', '.join(sorted(RECIPES))}")
+        raise ValueError(
+            f"unknown recipe {dataset!r}; known: {', '.join(sorted(RECIPES))}"
+        )
     if not kw.get("name"):
         kw["name"] = dataset
     return RECIPES[dataset](find_shared_data(shared), out, **kw)

@@ -27,8 +27,10 @@ from bigrate.data.split import StratifiedSplitter, parse_fractions
 from bigrate.data.writer import DatasetWriter
 from bigrate.errors import DataError
 
-_NUM = re.compile(rb"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan|infinity)$",
-                  re.IGNORECASE)
+_NUM = re.compile(
+    rb"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan|infinity)$",
+    re.IGNORECASE,
+)
 
 
 def _data_lines(buf: bytes, first_line: int):
@@ -49,14 +51,18 @@ def _row_locator(path: str, buf: bytes, first_line: int):
     return where
 
 
-def _diagnose(path: str, buf: bytes, first_line: int, zero_based: bool,
-              err: Exception) -> DataError:
+def _diagnose(
+    path: str, buf: bytes, first_line: int, zero_based: bool, err: Exception
+) -> DataError:
     """Find the first line of ``buf`` that sklearn's reader refuses, and say why."""
     for ln, content in _data_lines(buf, first_line):
         toks = content.split()
         if not _NUM.match(toks[0]):
-            return DataError(f"label {toks[0].decode(errors='replace')!r} is not a number",
-                             path=path, line=ln)
+            return DataError(
+                f"label {toks[0].decode(errors='replace')!r} is not a number",
+                path=path,
+                line=ln,
+            )
         prev = -1
         for tok in toks[1:]:
             if tok.startswith(b"qid:"):
@@ -64,32 +70,60 @@ def _diagnose(path: str, buf: bytes, first_line: int, zero_based: bool,
             if tok.count(b":") != 1:
                 return DataError(
                     f"expected INDEX:VALUE, got {tok.decode(errors='replace')!r}",
-                    path=path, line=ln)
+                    path=path,
+                    line=ln,
+                )
             i, v = tok.split(b":")
             if not i.isdigit():
-                return DataError(f"feature index {i.decode(errors='replace')!r} is not a "
-                                 "non-negative integer", path=path, line=ln)
+                return DataError(
+                    f"feature index {i.decode(errors='replace')!r} is not a "
+                    "non-negative integer",
+                    path=path,
+                    line=ln,
+                )
             if not _NUM.match(v):
-                return DataError(f"value {v.decode(errors='replace')!r} of feature "
-                                 f"{int(i)} is not a number", path=path, line=ln)
+                return DataError(
+                    f"value {v.decode(errors='replace')!r} of feature "
+                    f"{int(i)} is not a number",
+                    path=path,
+                    line=ln,
+                )
             idx = int(i)
             if idx == 0 and not zero_based:
-                return DataError("feature index 0 in a one-based file (pass --zero-based "
-                                 "if the file's indices start at 0)", path=path, line=ln)
+                return DataError(
+                    "feature index 0 in a one-based file (pass --zero-based "
+                    "if the file's indices start at 0)",
+                    path=path,
+                    line=ln,
+                )
             if idx == prev:
-                return DataError(f"feature {idx} appears twice in the line (indices must be "
-                                 "unique)", path=path, line=ln)
+                return DataError(
+                    f"feature {idx} appears twice in the line (indices must be unique)",
+                    path=path,
+                    line=ln,
+                )
             if idx < prev:
-                return DataError(f"feature indices are not sorted ({prev} then {idx}); "
-                                 "indices must be sorted and unique", path=path, line=ln)
+                return DataError(
+                    f"feature indices are not sorted ({prev} then {idx}); "
+                    "indices must be sorted and unique",
+                    path=path,
+                    line=ln,
+                )
             prev = idx
     last = first_line + buf.count(b"\n")
-    return DataError(f"scikit-learn's svmlight reader refused lines {first_line}-{last}: "
-                     f"{err}", path=path)
+    return DataError(
+        f"scikit-learn's svmlight reader refused lines {first_line}-{last}: {err}",
+        path=path,
+    )
 
 
-def iter_svmlight(path, *, zero_based: bool = False, chunk_bytes: int = 32 << 20,
-                  source: Source | None = None):
+def iter_svmlight(
+    path,
+    *,
+    zero_based: bool = False,
+    chunk_bytes: int = 32 << 20,
+    source: Source | None = None,
+):
     """Yield ``(X, raw_labels, buf, first_line)`` for pieces of an svmlight file.
 
     ``X`` is CSR float32 with 0-based column indices; ``buf`` and ``first_line`` let the
@@ -113,8 +147,12 @@ def iter_svmlight(path, *, zero_based: bool = False, chunk_bytes: int = 32 << 20
                 buf, carry = carry, b""
             if buf:
                 try:
-                    X, y = load_svmlight_file(io.BytesIO(buf), dtype=np.float32,
-                                              zero_based=zero_based, query_id=False)
+                    X, y = load_svmlight_file(
+                        io.BytesIO(buf),
+                        dtype=np.float32,
+                        zero_based=zero_based,
+                        query_id=False,
+                    )
                 except ValueError as e:
                     raise _diagnose(name, buf, line_no, zero_based, e) from None
                 yield X, y, buf, line_no
@@ -174,8 +212,11 @@ def prep_svmlight(
     if split is None:
         split = "train=0.9,val=0.1" if test_files else "train=0.8,val=0.1,test=0.1"
     fractions = parse_fractions(split)
-    splits = [s for s in ("train", "val", "test")
-              if s in fractions or (s == "test" and test_files)]
+    splits = [
+        s
+        for s in ("train", "val", "test")
+        if s in fractions or (s == "test" and test_files)
+    ]
     if chunk_bytes < 1024:
         raise ValueError(f"chunk_bytes must be >= 1024, got {chunk_bytes}")
     for f in list(files) + list(test_files):
@@ -187,13 +228,20 @@ def prep_svmlight(
     row_id = 0
     sources = []
     prog = Progress("prep svmlight", enabled=progress)
-    with DatasetWriter(out, splits=splits, overwrite=overwrite, row_group_size=row_group_size,
-                       rows_per_file=rows_per_file, compression=compression) as w:
+    with DatasetWriter(
+        out,
+        splits=splits,
+        overwrite=overwrite,
+        row_group_size=row_group_size,
+        rows_per_file=rows_per_file,
+        compression=compression,
+    ) as w:
         for role, group in (("pool", files), ("test", test_files)):
             for path in group:
                 with Source(path) as src:
-                    for X, y, buf, line in iter_svmlight(path, zero_based=zero_based,
-                                                         chunk_bytes=chunk_bytes, source=src):
+                    for X, y, buf, line in iter_svmlight(
+                        path, zero_based=zero_based, chunk_bytes=chunk_bytes, source=src
+                    ):
                         where = _row_locator(str(path), buf, line)
                         if n_features is not None and X.shape[1] > n_features:
                             bad = int(np.flatnonzero(X.indices >= n_features)[0])
@@ -201,7 +249,10 @@ def prep_svmlight(
                             p, ln = where(row)
                             raise DataError(
                                 f"feature index {X.indices[bad] + (0 if zero_based else 1)} "
-                                f"is beyond n_features={n_features}", path=p, line=ln)
+                                f"is beyond n_features={n_features}",
+                                path=p,
+                                line=ln,
+                            )
                         block = finish_block(X, y, row_id, mapper, l2_normalize, where)
                         row_id += len(block)
                         width = max(width, X.shape[1])
@@ -210,8 +261,11 @@ def prep_svmlight(
                                 w.append(s, piece)
                         else:
                             w.append("test", block)
-                        prog.update(len(block), f"({src._raw.nbytes / 2**20:.0f} MiB read "
-                                    f"of {os.path.basename(str(path))})")
+                        prog.update(
+                            len(block),
+                            f"({src._raw.nbytes / 2**20:.0f} MiB read "
+                            f"of {os.path.basename(str(path))})",
+                        )
                     sources.append({**src.info(), "role": role})
             if role == "pool":
                 for s, piece in splitter.finish():
@@ -223,9 +277,12 @@ def prep_svmlight(
             label_mapping=mapper.manifest(),
             preprocessing={
                 "l2_normalize": bool(l2_normalize),
-                "split": {"fractions": fractions, "seed": int(seed),
-                          "method": "exact per-class stratification in seeded windows",
-                          "test_files": [os.path.basename(str(f)) for f in test_files]},
+                "split": {
+                    "fractions": fractions,
+                    "seed": int(seed),
+                    "method": "exact per-class stratification in seeded windows",
+                    "test_files": [os.path.basename(str(f)) for f in test_files],
+                },
                 "zero_based_source": bool(zero_based),
             },
             sources=sources,
@@ -234,7 +291,9 @@ def prep_svmlight(
         )
 
 
-def dump_svmlight(path, X: sp.csr_matrix, y: np.ndarray, *, chunk_rows: int = 100_000) -> None:
+def dump_svmlight(
+    path, X: sp.csr_matrix, y: np.ndarray, *, chunk_rows: int = 100_000
+) -> None:
     """Write CSR rows as a one-based svmlight file (for benchmarks and tests).
 
     Written in chunks with scikit-learn's writer so memory stays bounded."""
@@ -242,5 +301,6 @@ def dump_svmlight(path, X: sp.csr_matrix, y: np.ndarray, *, chunk_rows: int = 10
 
     with open(path, "wb") as f:
         for a in range(0, X.shape[0], chunk_rows):
-            dump_svmlight_file(X[a : a + chunk_rows], y[a : a + chunk_rows], f,
-                               zero_based=False)
+            dump_svmlight_file(
+                X[a : a + chunk_rows], y[a : a + chunk_rows], f, zero_based=False
+            )

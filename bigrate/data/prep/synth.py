@@ -92,7 +92,9 @@ class SynthGenerator:
         # number of distinct words a row
         self.mu = np.log(spec.nnz * 1.12) - sigma**2 / 2
         self.sigma = sigma
-        pilot = self._features(np.random.default_rng([spec.seed, 2]), min(20_000, 10 * spec.rows))
+        pilot = self._features(
+            np.random.default_rng([spec.seed, 2]), min(20_000, 10 * spec.rows)
+        )
         scores = sparse_dot_rows(pilot.indptr, pilot.indices, pilot.data, self.w)
         # flipping a share e of labels moves the negative share q to q (1 - 2e) + e
         e = spec.label_noise
@@ -100,7 +102,9 @@ class SynthGenerator:
         self.threshold = float(np.quantile(scores, q))
 
     def _features(self, rng: np.random.Generator, n: int) -> sp.csr_matrix:
-        lengths = np.maximum(1, np.rint(rng.lognormal(self.mu, self.sigma, n))).astype(np.int64)
+        lengths = np.maximum(1, np.rint(rng.lognormal(self.mu, self.sigma, n))).astype(
+            np.int64
+        )
         lengths = np.minimum(lengths, self.spec.features)
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=ptr[1:])
@@ -110,8 +114,9 @@ class SynthGenerator:
         out_val = np.empty(int(ptr[-1]), dtype=np.float32)
         out_ptr = np.empty(n + 1, dtype=np.int64)
         used = synth_rows(draws, ptr, self.idf, out_idx, out_val, out_ptr)
-        return sp.csr_matrix((out_val[:used], out_idx[:used], out_ptr),
-                             shape=(n, self.spec.features))
+        return sp.csr_matrix(
+            (out_val[:used], out_idx[:used], out_ptr), shape=(n, self.spec.features)
+        )
 
     def block(self, index: int, start: int, n: int) -> RowBlock:
         """Rows ``start .. start + n - 1``, the ``index``-th block (its own seed)."""
@@ -151,8 +156,14 @@ def prep_synth(
     seeded) and written as part file number ``block`` of each (split, class), so the
     result is the same for any ``jobs``.
     """
-    spec = SynthSpec(rows=rows, features=features, nnz=nnz, neg_fraction=neg_fraction,
-                     label_noise=label_noise, seed=seed)
+    spec = SynthSpec(
+        rows=rows,
+        features=features,
+        nnz=nnz,
+        neg_fraction=neg_fraction,
+        label_noise=label_noise,
+        seed=seed,
+    )
     fractions = parse_fractions(split)
     if block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
@@ -179,24 +190,37 @@ def prep_synth(
                     w.write_part(s, cls, b, merged.take(sel))
         return n
 
-    with DatasetWriter(out, splits=list(fractions), overwrite=overwrite,
-                       row_group_size=row_group_size,
-                       rows_per_file=max(rows_per_file, row_group_size),
-                       compression=compression) as w:
+    with DatasetWriter(
+        out,
+        splits=list(fractions),
+        overwrite=overwrite,
+        row_group_size=row_group_size,
+        rows_per_file=max(rows_per_file, row_group_size),
+        compression=compression,
+    ) as w:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             for n in pool.map(make, range(nblocks)):
                 prog.update(n)
         prog.close("done")
         return w.commit(
             n_features=features,
-            label_mapping={"positive": ["1"], "negative": ["-1"],
-                           "note": "synthetic: +1 above the teacher's threshold"},
+            label_mapping={
+                "positive": ["1"],
+                "negative": ["-1"],
+                "note": "synthetic: +1 above the teacher's threshold",
+            },
             preprocessing={
                 "l2_normalize": True,
-                "split": {"fractions": fractions, "seed": int(seed),
-                          "method": "exact per-class stratification within each block"},
-                "synthetic": {**spec.__dict__, "block_rows": block_rows,
-                              "score_threshold": gen.threshold},
+                "split": {
+                    "fractions": fractions,
+                    "seed": int(seed),
+                    "method": "exact per-class stratification within each block",
+                },
+                "synthetic": {
+                    **spec.__dict__,
+                    "block_rows": block_rows,
+                    "score_threshold": gen.threshold,
+                },
             },
             sources=[],
             command=command,

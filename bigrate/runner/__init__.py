@@ -1,0 +1,1 @@
+"""Running learners on datasets with an engine, and writing the results."""
