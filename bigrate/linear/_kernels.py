@@ -73,6 +73,13 @@ def np_sgd_steps(
     b = state[1]
     lam = state[2]
     t = state[3]
+    # scalar accumulators (array writes in the loop would alias v and stay in memory)
+    n_neg = 0.0
+    s_neg = 0.0
+    fa = 0.0
+    n_pos = 0.0
+    s_pos = 0.0
+    miss = 0.0
     for j in range(order.shape[0]):
         i = order[j]
         f = scale * _dot(indptr, indices, data, i, v) + b
@@ -82,16 +89,16 @@ def np_sgd_steps(
         gamma = gamma0 / (1.0 + lambda_c * t)
         if yi > 0:
             a = w_pos
-            stats[3] += 1.0
-            stats[4] += l
+            n_pos += 1.0
+            s_pos += l
             if f <= 0.0:
-                stats[5] += 1.0
+                miss += 1.0
         else:
             a = lam * w_neg
-            stats[0] += 1.0
-            stats[1] += l
+            n_neg += 1.0
+            s_neg += l
             if f >= 0.0:
-                stats[2] += 1.0
+                fa += 1.0
         scale *= 1.0 - gamma * lambda_c
         g = gamma * a * dl * yi
         if g != 0.0:
@@ -106,6 +113,12 @@ def np_sgd_steps(
             for k in range(v.shape[0]):
                 v[k] *= scale
             scale = 1.0
+    stats[0] += n_neg
+    stats[1] += s_neg
+    stats[2] += fa
+    stats[3] += n_pos
+    stats[4] += s_pos
+    stats[5] += miss
     state[0] = scale
     state[1] = b
     state[2] = lam

@@ -1,0 +1,352 @@
+"""Stochastic NP / q-value benchmarks against peers, measured in one run.
+
+    python benchmarks/bench_sgd.py speed    [--rows 804414]
+    python benchmarks/bench_sgd.py scale    [--rows 804414]
+    python benchmarks/bench_sgd.py ooc      [--rows 4022070]
+    python benchmarks/bench_sgd.py quality
+    python benchmarks/bench_sgd.py qvalue
+    python benchmarks/bench_sgd.py all
+
+speed:   seconds per epoch in memory on RCV1-scale synthetic CSR, NeymanPearsonSGD vs
+         scikit-learn SGDClassifier(loss="hinge", max_iter=1, tol=None) on the same matrix,
+         and vs the floor: one numba pass of sum_k data[k] * w[indices[k]] per row.
+scale:   the same epochs on the shards with 2 Dask workers vs 1 (LocalCluster, 127.0.0.1).
+ooc:     5x RCV1-scale shards (about 4M rows), 2 workers with memory_limit 1 GiB each:
+         completes? throughput (steps/s) as a ratio to the in-memory run.
+quality: a9a and spambase, rho in {0.01, 0.05, 0.1}: test Pfa, Pnd and fit time (with
+         model selection) for NeymanPearsonSGD (defaults, and with the umbrella
+         calibration) vs (a) AC-SVM: LinearSVC with class weights over a 15x15 (C+, C-)
+         grid chosen by J_val on validation, (b) logistic regression thresholded on the
+         validation negatives, (c) the NP umbrella threshold on logistic-regression scores.
+qvalue:  accepted targets at q in {0.0025, 0.01, 0.1} on the mokapot pin file (test split)
+         for QValueSGD vs logistic-regression ranking and (if installed) mokapot.
+
+Writes one JSON per section into --out (default benchmarks/out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+
+def _synth(out: Path, rows: int) -> Path:
+    from bigrate.data.prep import prep_synth
+
+    path = out / f"rcv1s-np-{rows}"
+    if not (path / "manifest.json").exists():
+        prep_synth(path, rows=rows, progress=True, overwrite=True)
+    return path
+
+
+def _save(out: Path, name: str, res: dict) -> None:
+    print(json.dumps(res, indent=2))
+    (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=float) + "\n")
+
+
+def bench_speed(out: Path, rows: int) -> dict:
+    from numba import njit
+    from sklearn.linear_model import SGDClassifier
+
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+
+    ds = ShardedDataset(_synth(out, rows))
+    tr = ds.to_csr("train")
+    X, y = tr.X, tr.y
+    X64 = X.astype(np.float64)  # sklearn's SGD works in float64; give it that once
+
+    @njit(cache=True)
+    def floor_pass(indptr, indices, data, w):
+        s = 0.0
+        for i in range(indptr.shape[0] - 1):
+            for k in range(indptr[i], indptr[i + 1]):
+                s += data[k] * w[indices[k]]
+        return s
+
+    w = np.random.default_rng(0).standard_normal(X.shape[1])
+    floor_pass(X.indptr, X.indices, X.data, w)
+    t = time.perf_counter()
+    for _ in range(3):
+        floor_pass(X.indptr, X.indices, X.data, w)
+    floor_s = (time.perf_counter() - t) / 3
+
+    sk_times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            SGDClassifier(loss="hinge", max_iter=1, tol=None, random_state=0).fit(X64, y)
+        sk_times.append(time.perf_counter() - t)
+    sk_s = min(sk_times)
+
+    NeymanPearsonSGD(epochs=1, random_state=0).fit(X[:1000], y[:1000])  # compile
+    ours = []
+    for _ in range(3):
+        m = NeymanPearsonSGD(epochs=2, random_state=0).fit(X, y)
+        ours.append(min(h["seconds"] for h in m.history_))
+    ours_s = min(ours)
+    steps = m.history_[0]["steps"]
+    res = {
+        "rows": int(X.shape[0]),
+        "nnz": int(X.nnz),
+        "ours_epoch_s": ours_s,
+        "ours_steps_per_epoch": steps,
+        "sklearn_sgd_epoch_s": sk_s,
+        "sklearn_steps_per_epoch": int(X.shape[0]),
+        "floor_pass_s": floor_s,
+        "epoch_ratio_vs_sklearn": ours_s / sk_s,
+        "per_step_ratio_vs_sklearn": (ours_s / steps) / (sk_s / X.shape[0]),
+        "per_step_ratio_vs_floor": (ours_s / steps) / (floor_s / X.shape[0]),
+        "note": "our epoch is 2*max(n+,n-) balanced steps; sklearn's is n uniform steps",
+    }
+    _save(out, "sgd_speed", res)
+    return res
+
+
+def bench_scale(out: Path, rows: int) -> dict:
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+    from bigrate.engines.dask import DaskEngine, fit_dask
+
+    path = _synth(out, rows)
+    ds = ShardedDataset(path)
+    res = {"rows": rows}
+    for n in (1, 2):
+        with DaskEngine(n_workers=n, dashboard=False) as eng:
+            fit_dask(NeymanPearsonSGD(epochs=1, random_state=0), ds, eng, progress=False)
+            t = time.perf_counter()
+            m = fit_dask(NeymanPearsonSGD(epochs=2, random_state=0), ds, eng, progress=False)
+            res[f"workers_{n}_s"] = time.perf_counter() - t
+            res[f"workers_{n}_test_pfa"] = m.score_confusion(ds, split="test").pfa
+    res["speedup_2_vs_1"] = res["workers_1_s"] / res["workers_2_s"]
+    res["cores"] = os.cpu_count()
+    _save(out, "sgd_scale", res)
+    return res
+
+
+def bench_ooc(out: Path, rows: int) -> dict:
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+    from bigrate.engines.dask import DaskEngine, fit_dask
+
+    big = ShardedDataset(_synth(out, rows))
+    small = ShardedDataset(_synth(out, 804_414))
+    tr = small.to_csr("train")
+    m = NeymanPearsonSGD(epochs=1, random_state=0).fit(tr.X, tr.y)
+    mem_rate = m.history_[0]["steps"] / m.history_[0]["seconds"]
+    del tr
+    with DaskEngine(n_workers=2, memory_limit="1GiB", dashboard=False) as eng:
+        t = time.perf_counter()
+        mb = fit_dask(NeymanPearsonSGD(epochs=1, random_state=0), big, eng, progress=True)
+        wall = time.perf_counter() - t
+    steps = mb.history_[0]["steps"]
+    res = {
+        "rows": rows,
+        "shards_gib": sum(f.bytes for f in big.files()) / 2**30,
+        "worker_memory_limit": "1GiB",
+        "completed": True,
+        "steps": steps,
+        "wall_s": wall,
+        "ooc_steps_per_s": steps / wall,
+        "in_memory_steps_per_s": mem_rate,
+        "throughput_ratio": (steps / wall) / mem_rate,
+        "test_pfa": mb.score_confusion(big, split="test").pfa,
+    }
+    _save(out, "sgd_ooc", res)
+    return res
+
+
+def _dataset_arrays(name: str, out: Path):
+    from sklearn.preprocessing import StandardScaler
+
+    from bigrate import ShardedDataset
+    from bigrate.data.prep import run_recipe
+
+    path = out / "shared" / name
+    if not (path / "manifest.json").exists():
+        run_recipe(name, path, progress=False, overwrite=True)
+    ds = ShardedDataset(path)
+    parts = {s: ds.to_csr(s) for s in ("train", "val", "test")}
+    if name == "spambase":  # dense: standardise on train
+        sc = StandardScaler().fit(parts["train"].X.toarray())
+        return {s: (sc.transform(p.X.toarray()), p.y) for s, p in parts.items()}
+    return {s: (p.X, p.y) for s, p in parts.items()}
+
+
+def bench_quality(out: Path) -> dict:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    from bigrate import NeymanPearsonSGD
+    from bigrate.metrics import j_val, np_umbrella_threshold, pfa_pnd
+
+    res = {}
+    for name in ("a9a", "spambase"):
+        d = _dataset_arrays(name, out)
+        (Xtr, ytr), (Xva, yva), (Xte, yte) = d["train"], d["val"], d["test"]
+        # LR is fitted once and reused by (b) and (c): its time counts for both
+        t = time.perf_counter()
+        lr = LogisticRegression(max_iter=2000).fit(Xtr, ytr)
+        lr_s = time.perf_counter() - t
+        # AC-SVM grid: 15x15 (C+, C-) in [0.01, 100]^2
+        grid = np.logspace(-2, 2, 15)
+        t = time.perf_counter()
+        svms = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for cp in grid:
+                for cn in grid:
+                    m = LinearSVC(C=1.0, class_weight={1: cp, -1: cn}, max_iter=2000,
+                                  dual="auto").fit(Xtr, ytr)
+                    svms.append((m, m.decision_function(Xva)))
+        acsvm_s = time.perf_counter() - t
+        for rho in (0.01, 0.05, 0.1):
+            row = {}
+            # ours, defaults
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ours = NeymanPearsonSGD(rho=rho, random_state=0).fit(Xtr, ytr)
+            row["np_sgd"] = dict(zip(("pfa", "pnd"), pfa_pnd(yte, ours.decision_function(Xte))),
+                                 fit_s=time.perf_counter() - t)
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cal = NeymanPearsonSGD(rho=rho, calibrate="umbrella", random_state=0)
+                try:
+                    cal.fit(Xtr, ytr)
+                    row["np_sgd_umbrella"] = dict(
+                        zip(("pfa", "pnd"), pfa_pnd(yte, cal.decision_function(Xte))),
+                        fit_s=time.perf_counter() - t)
+                except ValueError as e:
+                    row["np_sgd_umbrella"] = {"error": str(e)}
+            # (a) AC-SVM chosen by J_val on validation
+            best = min(svms, key=lambda ms: j_val(*pfa_pnd(yva, ms[1]), rho))
+            row["acsvm_grid"] = dict(zip(("pfa", "pnd"),
+                                         pfa_pnd(yte, best[0].decision_function(Xte))),
+                                     fit_s=acsvm_s)
+            # (b) LR thresholded on validation negatives
+            sva = lr.decision_function(Xva)
+            thr = np.quantile(sva[yva < 0], 1 - rho)
+            row["lr_val_threshold"] = dict(
+                zip(("pfa", "pnd"), pfa_pnd(yte, lr.decision_function(Xte) - thr)),
+                fit_s=lr_s)
+            # (c) umbrella threshold on LR scores of validation negatives
+            try:
+                thr_u = np_umbrella_threshold(sva[yva < 0], rho, 0.05)
+                f = lr.decision_function(Xte) - np.nextafter(thr_u, np.inf)
+                row["lr_umbrella"] = dict(zip(("pfa", "pnd"), pfa_pnd(yte, f)), fit_s=lr_s)
+            except ValueError as e:
+                row["lr_umbrella"] = {"error": str(e)}
+            best_pnd = min(v["pnd"] for k, v in row.items()
+                           if k != "np_sgd" and "pnd" in v)
+            row["goal"] = {
+                "pfa_within_rho_plus_1pt": row["np_sgd"]["pfa"] <= rho + 0.01,
+                "pnd_within_1pt_of_best_peer": row["np_sgd"]["pnd"] <= best_pnd + 0.01,
+                "time_under_fifth_of_acsvm": row["np_sgd"]["fit_s"] < acsvm_s / 5,
+            }
+            res[f"{name}_rho{rho}"] = row
+            print(name, rho, json.dumps(row, default=float), flush=True)
+    _save(out, "sgd_quality", res)
+    return res
+
+
+def bench_qvalue(out: Path, mokapot_python: str | None = None) -> dict:
+    """3-fold cross-fitting on the whole pin file, as mokapot does: every PSM is scored by
+    a model that did not see it; scores are put on a common scale per fold (z-scores
+    of that fold's decoys, like mokapot's calibration), then ranked jointly and targets
+    accepted at q counted with the (decoys + 1) / targets estimate mokapot reports."""
+    import subprocess
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.preprocessing import StandardScaler
+
+    from bigrate import QValueSGD
+    from bigrate.metrics import positives_at_q
+
+    d = _dataset_arrays("psm_pin_mokapot_10k", out)
+    X = np.vstack([d[s][0].toarray() for s in ("train", "val", "test")])
+    y = np.concatenate([d[s][1] for s in ("train", "val", "test")])
+    qs = (0.0025, 0.01, 0.1)
+    res = {"n": len(y), "targets": int((y > 0).sum()), "decoys": int((y < 0).sum())}
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
+
+    def cross_fit(make):
+        f = np.empty(len(y))
+        t = time.perf_counter()
+        for tr, te in folds:
+            sc = StandardScaler().fit(X[tr])
+            m = make().fit(sc.transform(X[tr]), y[tr])
+            s = m.decision_function(sc.transform(X[te]))
+            dec = s[y[te] < 0]
+            f[te] = (s - dec.mean()) / (dec.std() + 1e-12)
+        return f, time.perf_counter() - t
+
+    f_lr, lr_s = cross_fit(lambda: LogisticRegression(max_iter=2000))
+    for q in qs:
+        f_q, s_q = cross_fit(lambda q=q: QValueSGD(q=q, epochs=20, random_state=0))
+        res[f"q{q}"] = {
+            "qvalue_sgd": {"accepted": positives_at_q(y, f_q, q, plus_one=True), "fit_s": s_q},
+            "logistic_regression": {"accepted": positives_at_q(y, f_lr, q, plus_one=True),
+                                    "fit_s": lr_s},
+        }
+    if mokapot_python:
+        pin = _shared_file("psm_pin_mokapot_10k", "10k_psms_test.pin.gz")
+        p = subprocess.run([mokapot_python, str(HERE / "_mokapot_run.py"), str(pin),
+                            *map(str, qs)], capture_output=True, text=True, timeout=1800)
+        if p.returncode == 0:
+            mk = json.loads(p.stdout.strip().splitlines()[-1])
+            res["mokapot"] = mk
+            for q in qs:
+                res[f"q{q}"]["mokapot"] = {"accepted": mk["accepted"][str(q)],
+                                           "fit_s": mk["fit_s"]}
+        else:
+            res["mokapot"] = {"error": p.stderr[-2000:]}
+    else:
+        res["mokapot"] = "not run: pass --mokapot-python PATH (a venv with mokapot)"
+    _save(out, "sgd_qvalue", res)
+    return res
+
+
+def _shared_file(name: str, file: str) -> Path:
+    from bigrate.data.prep import find_shared_data
+
+    return find_shared_data() / name / file
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["speed", "scale", "ooc", "quality", "qvalue", "all"])
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--out", default=str(HERE / "out"))
+    ap.add_argument("--mokapot-python", help="python of a venv with mokapot installed")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = ["speed", "scale", "quality", "qvalue", "ooc"] if a.what == "all" else [a.what]
+    for w in todo:
+        if w == "speed":
+            bench_speed(out, a.rows or 804_414)
+        elif w == "scale":
+            bench_scale(out, a.rows or 804_414)
+        elif w == "ooc":
+            bench_ooc(out, a.rows or 5 * 804_414)
+        elif w == "quality":
+            bench_quality(out)
+        elif w == "qvalue":
+            bench_qvalue(out, a.mokapot_python)
+
+
+if __name__ == "__main__":
+    main()
