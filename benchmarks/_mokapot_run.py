@@ -21,8 +21,11 @@ def main():
     seconds = time.perf_counter() - t
     table = results.confidence_estimates["psms"]
     qv = np.asarray(table["mokapot q-value"], dtype=float)
-    out = {"mokapot_version": mokapot.__version__, "fit_s": seconds,
-           "accepted": {str(q): int((qv <= q).sum()) for q in qs}}
+    out = {
+        "mokapot_version": mokapot.__version__,
+        "fit_s": seconds,
+        "accepted": {str(q): int((qv <= q).sum()) for q in qs},
+    }
     print(json.dumps(out))
 
 

@@ -86,7 +86,9 @@ def bench_speed(out: Path, rows: int) -> dict:
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            SGDClassifier(loss="hinge", max_iter=1, tol=None, random_state=0).fit(X64, y)
+            SGDClassifier(loss="hinge", max_iter=1, tol=None, random_state=0).fit(
+                X64, y
+            )
         sk_times.append(time.perf_counter() - t)
     sk_s = min(sk_times)
 
@@ -123,9 +125,13 @@ def bench_scale(out: Path, rows: int) -> dict:
     res = {"rows": rows}
     for n in (1, 2):
         with DaskEngine(n_workers=n, dashboard=False) as eng:
-            fit_dask(NeymanPearsonSGD(epochs=1, random_state=0), ds, eng, progress=False)
+            fit_dask(
+                NeymanPearsonSGD(epochs=1, random_state=0), ds, eng, progress=False
+            )
             t = time.perf_counter()
-            m = fit_dask(NeymanPearsonSGD(epochs=2, random_state=0), ds, eng, progress=False)
+            m = fit_dask(
+                NeymanPearsonSGD(epochs=2, random_state=0), ds, eng, progress=False
+            )
             res[f"workers_{n}_s"] = time.perf_counter() - t
             res[f"workers_{n}_test_pfa"] = m.score_confusion(ds, split="test").pfa
     res["speedup_2_vs_1"] = res["workers_1_s"] / res["workers_2_s"]
@@ -146,7 +152,9 @@ def bench_ooc(out: Path, rows: int) -> dict:
     del tr
     with DaskEngine(n_workers=2, memory_limit="1GiB", dashboard=False) as eng:
         t = time.perf_counter()
-        mb = fit_dask(NeymanPearsonSGD(epochs=1, random_state=0), big, eng, progress=True)
+        mb = fit_dask(
+            NeymanPearsonSGD(epochs=1, random_state=0), big, eng, progress=True
+        )
         wall = time.perf_counter() - t
     steps = mb.history_[0]["steps"]
     res = {
@@ -205,8 +213,9 @@ def bench_quality(out: Path) -> dict:
             warnings.simplefilter("ignore")
             for cp in grid:
                 for cn in grid:
-                    m = LinearSVC(C=1.0, class_weight={1: cp, -1: cn}, max_iter=2000,
-                                  dual="auto").fit(Xtr, ytr)
+                    m = LinearSVC(
+                        C=1.0, class_weight={1: cp, -1: cn}, max_iter=2000, dual="auto"
+                    ).fit(Xtr, ytr)
                     svms.append((m, m.decision_function(Xva)))
         acsvm_s = time.perf_counter() - t
         for rho in (0.01, 0.05, 0.1):
@@ -216,8 +225,10 @@ def bench_quality(out: Path) -> dict:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ours = NeymanPearsonSGD(rho=rho, random_state=0).fit(Xtr, ytr)
-            row["np_sgd"] = dict(zip(("pfa", "pnd"), pfa_pnd(yte, ours.decision_function(Xte))),
-                                 fit_s=time.perf_counter() - t)
+            row["np_sgd"] = dict(
+                zip(("pfa", "pnd"), pfa_pnd(yte, ours.decision_function(Xte))),
+                fit_s=time.perf_counter() - t,
+            )
             t = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -226,29 +237,35 @@ def bench_quality(out: Path) -> dict:
                     cal.fit(Xtr, ytr)
                     row["np_sgd_umbrella"] = dict(
                         zip(("pfa", "pnd"), pfa_pnd(yte, cal.decision_function(Xte))),
-                        fit_s=time.perf_counter() - t)
+                        fit_s=time.perf_counter() - t,
+                    )
                 except ValueError as e:
                     row["np_sgd_umbrella"] = {"error": str(e)}
             # (a) AC-SVM chosen by J_val on validation
             best = min(svms, key=lambda ms: j_val(*pfa_pnd(yva, ms[1]), rho))
-            row["acsvm_grid"] = dict(zip(("pfa", "pnd"),
-                                         pfa_pnd(yte, best[0].decision_function(Xte))),
-                                     fit_s=acsvm_s)
+            row["acsvm_grid"] = dict(
+                zip(("pfa", "pnd"), pfa_pnd(yte, best[0].decision_function(Xte))),
+                fit_s=acsvm_s,
+            )
             # (b) LR thresholded on validation negatives
             sva = lr.decision_function(Xva)
             thr = np.quantile(sva[yva < 0], 1 - rho)
             row["lr_val_threshold"] = dict(
                 zip(("pfa", "pnd"), pfa_pnd(yte, lr.decision_function(Xte) - thr)),
-                fit_s=lr_s)
+                fit_s=lr_s,
+            )
             # (c) umbrella threshold on LR scores of validation negatives
             try:
                 thr_u = np_umbrella_threshold(sva[yva < 0], rho, 0.05)
                 f = lr.decision_function(Xte) - np.nextafter(thr_u, np.inf)
-                row["lr_umbrella"] = dict(zip(("pfa", "pnd"), pfa_pnd(yte, f)), fit_s=lr_s)
+                row["lr_umbrella"] = dict(
+                    zip(("pfa", "pnd"), pfa_pnd(yte, f)), fit_s=lr_s
+                )
             except ValueError as e:
                 row["lr_umbrella"] = {"error": str(e)}
-            best_pnd = min(v["pnd"] for k, v in row.items()
-                           if k != "np_sgd" and "pnd" in v)
+            best_pnd = min(
+                v["pnd"] for k, v in row.items() if k != "np_sgd" and "pnd" in v
+            )
             row["goal"] = {
                 "pfa_within_rho_plus_1pt": row["np_sgd"]["pfa"] <= rho + 0.01,
                 "pnd_within_1pt_of_best_peer": row["np_sgd"]["pnd"] <= best_pnd + 0.01,
@@ -296,20 +313,31 @@ def bench_qvalue(out: Path, mokapot_python: str | None = None) -> dict:
     for q in qs:
         f_q, s_q = cross_fit(lambda q=q: QValueSGD(q=q, epochs=20, random_state=0))
         res[f"q{q}"] = {
-            "qvalue_sgd": {"accepted": positives_at_q(y, f_q, q, plus_one=True), "fit_s": s_q},
-            "logistic_regression": {"accepted": positives_at_q(y, f_lr, q, plus_one=True),
-                                    "fit_s": lr_s},
+            "qvalue_sgd": {
+                "accepted": positives_at_q(y, f_q, q, plus_one=True),
+                "fit_s": s_q,
+            },
+            "logistic_regression": {
+                "accepted": positives_at_q(y, f_lr, q, plus_one=True),
+                "fit_s": lr_s,
+            },
         }
     if mokapot_python:
         pin = _shared_file("psm_pin_mokapot_10k", "10k_psms_test.pin.gz")
-        p = subprocess.run([mokapot_python, str(HERE / "_mokapot_run.py"), str(pin),
-                            *map(str, qs)], capture_output=True, text=True, timeout=1800)
+        p = subprocess.run(
+            [mokapot_python, str(HERE / "_mokapot_run.py"), str(pin), *map(str, qs)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if p.returncode == 0:
             mk = json.loads(p.stdout.strip().splitlines()[-1])
             res["mokapot"] = mk
             for q in qs:
-                res[f"q{q}"]["mokapot"] = {"accepted": mk["accepted"][str(q)],
-                                           "fit_s": mk["fit_s"]}
+                res[f"q{q}"]["mokapot"] = {
+                    "accepted": mk["accepted"][str(q)],
+                    "fit_s": mk["fit_s"],
+                }
         else:
             res["mokapot"] = {"error": p.stderr[-2000:]}
     else:
@@ -325,16 +353,21 @@ def _shared_file(name: str, file: str) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["speed", "scale", "ooc", "quality", "qvalue", "all"])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "what", choices=["speed", "scale", "ooc", "quality", "qvalue", "all"]
+    )
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--mokapot-python", help="python of a venv with mokapot installed")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = ["speed", "scale", "quality", "qvalue", "ooc"] if a.what == "all" else [a.what]
+    todo = (
+        ["speed", "scale", "quality", "qvalue", "ooc"] if a.what == "all" else [a.what]
+    )
     for w in todo:
         if w == "speed":
             bench_speed(out, a.rows or 804_414)

@@ -1,5 +1,9 @@
 """The Dask engine: an embedded LocalCluster on 127.0.0.1, or an existing scheduler.
 
+Memory per worker: the rows a round samples from (about ``buffer_rows`` per class,
+rounds are made smaller on large data to keep to that) plus a cache of decoded row groups
+(``cache_mb``, by default a quarter of the worker's memory limit).
+
 Distributed SGD (used by :func:`fit_dask`): the row groups of each class are dealt to the
 workers round-robin, once, so every worker owns a share of both classes. Each round,
 every worker task starts from the global (w, b, lambda, t), reads only its own row
@@ -133,11 +137,15 @@ def fit_dask(
     retries: int = 3,
     progress: bool = True,
     on_round=None,
+    cache_mb: float | None = None,
 ):
     """Fit a :class:`~bigrate.NeymanPearsonSGD` or :class:`~bigrate.QValueSGD` on the
     shards of ``dataset`` with the workers of ``engine``. Returns the estimator.
 
     ``on_round(round_index, engine)`` is called after every round (for monitoring).
+    ``cache_mb``: decoded row groups each worker keeps across rounds (default: 25% of
+    the smallest worker memory limit, or 1 GiB where workers have none); what does not
+    fit is read from storage again every epoch.
     """
     t_start = time.perf_counter()
     ds = dataset if isinstance(dataset, ShardedDataset) else ShardedDataset(dataset)
@@ -148,11 +156,19 @@ def fit_dask(
     n_w = len(workers)
     if n_w == 0:
         raise RuntimeError("the Dask cluster has no workers")
+    if cache_mb is None:
+        info = engine.client.scheduler_info()["workers"]
+        limits = [w.get("memory_limit") or 0 for w in info.values()]
+        cache_mb = 0.25 * min(limits) / 2**20 if min(limits) > 0 else 1024.0
     units = row_group_units(ds.files(est.split))
     pos_units = [u for u in units if u[0].cls == "pos"]
     neg_units = [u for u in units if u[0].cls == "neg"]
     own_pos, own_neg = _deal(pos_units, n_w), _deal(neg_units, n_w)
     per_epoch = steps_per_epoch(n_pos, n_neg, cfg.mode)
+    # a worker-round holds the rows it samples from in memory: at most about
+    # buffer_rows per class, so large data gets more (smaller) rounds an epoch
+    max_steps = 2 * est.buffer_rows
+    rounds_per_epoch = max(rounds_per_epoch, math.ceil(per_epoch / (n_w * max_steps)))
     steps = max(1, math.ceil(per_epoch / (n_w * rounds_per_epoch)))
     rows_per_unit = max(1, int(np.mean([u[0].rows / u[0].row_groups for u in units])))
     # rows each class needs per worker-round, then row groups to read for them
@@ -202,6 +218,7 @@ def fit_dask(
                         1 << 40,
                         est.batch_rows,
                         holdout,
+                        cache_mb,
                         pure=False,
                         retries=retries,
                         key=f"bigrate-sgd-{id(est)}-{rnd}-{k}",

@@ -116,6 +116,68 @@ class InMemorySampler:
         return self.X, self.y, order
 
 
+class RowGroupCache:
+    """A per-process LRU cache of decoded row groups with a byte budget.
+
+    Distributed rounds read the same row groups epoch after epoch; a worker keeps the
+    ones it owns decoded while they fit in ``budget_mb`` and reads the rest from storage
+    again (out of core). Keys carry the file's sha256, so a rewritten file is not served
+    stale.
+    """
+
+    def __init__(self, budget_mb: float = 0.0):
+        from collections import OrderedDict
+
+        self.budget = int(budget_mb * 2**20)
+        self.items: OrderedDict = OrderedDict()
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _size(b: RowBlock) -> int:
+        return (
+            b.X.data.nbytes
+            + b.X.indices.nbytes
+            + b.X.indptr.nbytes
+            + b.y.nbytes
+            + b.row_id.nbytes
+        )
+
+    def get(self, ds, shard, rg: int, batch_rows: int) -> RowBlock | None:
+        key = (shard.path, shard.sha256, rg)
+        hit = self.items.get(key)
+        if hit is not None:
+            self.items.move_to_end(key)
+            self.hits += 1
+            return hit
+        self.misses += 1
+        blocks = list(ds.iter_file(shard, batch_rows, row_groups=[rg]))
+        if not blocks:
+            return None
+        block = RowBlock.concat(blocks)
+        size = self._size(block)
+        if size <= self.budget:
+            self.items[key] = block
+            self.nbytes += size
+            while self.nbytes > self.budget:
+                _, old = self.items.popitem(last=False)
+                self.nbytes -= self._size(old)
+        return block
+
+
+_PROCESS_CACHE = RowGroupCache(0.0)
+
+
+def process_cache(budget_mb: float) -> RowGroupCache:
+    """This process's row-group cache, resized to ``budget_mb``."""
+    _PROCESS_CACHE.budget = int(budget_mb * 2**20)
+    while _PROCESS_CACHE.nbytes > _PROCESS_CACHE.budget and _PROCESS_CACHE.items:
+        _, old = _PROCESS_CACHE.items.popitem(last=False)
+        _PROCESS_CACHE.nbytes -= RowGroupCache._size(old)
+    return _PROCESS_CACHE
+
+
 class _ShardClassStream:
     """Rows of one class streamed from its shard row groups through a shuffle buffer."""
 
@@ -127,12 +189,14 @@ class _ShardClassStream:
         batch_rows: int,
         rng: np.random.Generator,
         holdout: tuple[float, int] | None,
+        cache: RowGroupCache | None = None,
     ):
         if not units:
             raise ValueError("empty shard list: this class has no row groups to read")
         self.ds, self.units = dataset, list(units)
         self.buffer_rows, self.batch_rows = buffer_rows, batch_rows
         self.rng, self.holdout = rng, holdout
+        self.cache = cache if cache is not None else RowGroupCache(0.0)
         self.queue: list = []
         self.buf: RowBlock | None = None
         self.at = 0
@@ -143,10 +207,9 @@ class _ShardClassStream:
             self.queue = [self.units[i] for i in self.rng.permutation(len(self.units))]
             self.passes += 1
         shard, rg = self.queue.pop()
-        blocks = list(self.ds.iter_file(shard, self.batch_rows, row_groups=[rg]))
-        if not blocks:
+        block = self.cache.get(self.ds, shard, rg, self.batch_rows)
+        if block is None:
             return None
-        block = RowBlock.concat(blocks)
         if self.holdout is not None:
             keep = ~holdout_mask(block.row_id, *self.holdout)
             block = block.take(keep)
@@ -212,6 +275,7 @@ class ShardSampler:
         buffer_rows: int = 65_536,
         batch_rows: int = 32_768,
         holdout: tuple[float, int] | None = None,
+        cache: RowGroupCache | None = None,
     ):
         self.ds, self.mode = dataset, mode
         self.rng = np.random.default_rng(seed)
@@ -227,10 +291,10 @@ class ShardSampler:
         self.n_pos = sum(f.rows for f in {u[0] for u in pos})
         self.n_neg = sum(f.rows for f in {u[0] for u in neg})
         self.pos = _ShardClassStream(
-            dataset, pos, buffer_rows, batch_rows, self.rng, holdout
+            dataset, pos, buffer_rows, batch_rows, self.rng, holdout, cache
         )
         self.neg = _ShardClassStream(
-            dataset, neg, buffer_rows, batch_rows, self.rng, holdout
+            dataset, neg, buffer_rows, batch_rows, self.rng, holdout, cache
         )
         self.last_row_ids: np.ndarray | None = None
 

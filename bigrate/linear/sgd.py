@@ -131,10 +131,15 @@ def local_round(
     buffer_rows: int,
     batch_rows: int,
     holdout,
+    cache_mb: float = 0.0,
 ) -> dict:
     """One worker's share of a distributed round: ``steps`` steps from the global state
-    over its own row-group ``units``, read from ``dataset_path`` on the worker."""
+    over its own row-group ``units``, read from ``dataset_path`` on the worker (decoded
+    row groups are kept in a per-worker cache of ``cache_mb`` MiB across rounds)."""
+    from bigrate.linear.sampler import process_cache
+
     ds = ShardedDataset(dataset_path)
+    cache = process_cache(cache_mb)
     sampler = ShardSampler(
         ds,
         cfg.mode,
@@ -143,6 +148,7 @@ def local_round(
         buffer_rows=buffer_rows,
         batch_rows=batch_rows,
         holdout=holdout,
+        cache=cache,
     )
     v = np.array(w, dtype=np.float64)
     state = np.array([1.0, b, lam, t])
@@ -160,6 +166,8 @@ def local_round(
         "t": float(state[3]),
         "stats": stats,
         "pid": os.getpid(),
+        "cache_hits": cache.hits,
+        "cache_misses": cache.misses,
     }
 
 

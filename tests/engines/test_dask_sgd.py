@@ -94,3 +94,22 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
     assert c.pfa <= 0.07 and c.pnd < 0.6
     assert victim not in dask_engine.worker_pids().values()  # it really died
     dask_engine.client.wait_for_workers(2, timeout=60)  # the nanny restarts it
+
+
+def test_existing_scheduler_address_and_fsspec_url(dask_engine, dataset):
+    """Submit to a running scheduler by its address; workers read a file:// URL."""
+    from bigrate import ShardedDataset
+    from bigrate.engines.dask import DaskEngine, fit_dask
+
+    ds, X, y = dataset
+    url = "file://" + str(ds.path)
+    address = dask_engine.client.scheduler.address
+    with DaskEngine(address=address) as remote:
+        assert remote.cluster is None and remote.workers() == dask_engine.workers()
+        m = fit_dask(
+            NeymanPearsonSGD(rho=0.1, epochs=2, random_state=0),
+            ShardedDataset(url),
+            remote,
+            progress=False,
+        )
+    assert Confusion.of(y, m.decision_function(X)).pfa <= 0.13
