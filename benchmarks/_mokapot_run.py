@@ -5,8 +5,11 @@ Run with the Python of an environment that has mokapot (it pins its own pandas/n
     .mkenv/bin/python benchmarks/_mokapot_run.py FILE.pin.gz 0.0025 0.01 0.1
 """
 
+import gzip
 import json
+import shutil
 import sys
+import tempfile
 import time
 
 import mokapot
@@ -15,6 +18,11 @@ import numpy as np
 
 def main():
     path, qs = sys.argv[1], [float(q) for q in sys.argv[2:]]
+    if path.endswith(".gz"):  # mokapot 0.10 reads gzip pin files in text mode and fails
+        tmp = tempfile.NamedTemporaryFile(suffix=".pin", delete=False)
+        with gzip.open(path, "rb") as src, tmp:
+            shutil.copyfileobj(src, tmp)
+        path = tmp.name
     t = time.perf_counter()
     psms = mokapot.read_pin(path)
     results, _models = mokapot.brew(psms, folds=3)

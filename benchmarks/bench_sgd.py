@@ -18,8 +18,10 @@ quality: a9a and spambase, rho in {0.01, 0.05, 0.1}: test Pfa, Pnd and fit time 
          calibration) vs (a) AC-SVM: LinearSVC with class weights over a 15x15 (C+, C-)
          grid chosen by J_val on validation, (b) logistic regression thresholded on the
          validation negatives, (c) the NP umbrella threshold on logistic-regression scores.
-qvalue:  accepted targets at q in {0.0025, 0.01, 0.1} on the mokapot pin file (test split)
-         for QValueSGD vs logistic-regression ranking and (if installed) mokapot.
+qvalue:  accepted targets at q in {0.0025, 0.01, 0.1} on the mokapot pin file (3-fold
+         cross-fitting) for QValueSGD vs logistic-regression ranking and mokapot, run in
+         its own venv: python -m venv .mkenv && .mkenv/bin/pip install mokapot "numpy<2"
+         "pandas<2.2" "scikit-learn<1.6"; then --mokapot-python .mkenv/bin/python
 
 Writes one JSON per section into --out (default benchmarks/out).
 """

@@ -42,7 +42,7 @@ def _add_common(p: argparse.ArgumentParser, split_default: str | None = None) ->
     p.add_argument("--rows-per-file", type=int, default=262_144)
     p.add_argument(
         "--compression",
-        default="snappy",
+        default="lz4",
         choices=["snappy", "zstd", "lz4", "gzip", "none"],
     )
     p.add_argument(
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--chunk-mb",
         type=float,
-        default=32.0,
+        default=8.0,
         help="decompressed MiB parsed at a time (bounds memory)",
     )
     _add_labels(p)

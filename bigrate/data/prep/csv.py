@@ -108,7 +108,7 @@ def prep_csv(
     l2_normalize: bool = False,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-    compression: str = "snappy",
+    compression: str = "lz4",
     block_bytes: int = 8 << 20,
     overwrite: bool = False,
     progress: bool = True,

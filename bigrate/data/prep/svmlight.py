@@ -121,7 +121,7 @@ def iter_svmlight(
     path,
     *,
     zero_based: bool = False,
-    chunk_bytes: int = 32 << 20,
+    chunk_bytes: int = 8 << 20,
     source: Source | None = None,
 ):
     """Yield ``(X, raw_labels, buf, first_line)`` for pieces of an svmlight file.
@@ -178,8 +178,8 @@ def prep_svmlight(
     n_features: int | None = None,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-    compression: str = "snappy",
-    chunk_bytes: int = 32 << 20,
+    compression: str = "lz4",
+    chunk_bytes: int = 8 << 20,
     overwrite: bool = False,
     progress: bool = True,
     name: str | None = None,

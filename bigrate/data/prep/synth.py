@@ -144,7 +144,7 @@ def prep_synth(
     jobs: int | None = None,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-    compression: str = "snappy",
+    compression: str = "lz4",
     overwrite: bool = False,
     progress: bool = True,
     name: str | None = None,
