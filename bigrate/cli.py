@@ -178,6 +178,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory for the model and result.json")
     p.add_argument("--quiet", action="store_true")
 
+    p = sub.add_parser("run", help="run a job file (train, sweep, evaluate)")
+    p.add_argument("job", help="job file (TOML)")
+    p.add_argument(
+        "--engine", choices=["local", "dask", "ray"], help="override [engine] name"
+    )
+    p.add_argument(
+        "--address",
+        help="existing cluster: tcp://host:8786 (Dask), "
+        "host:6379 or ray://host:10001 (Ray)",
+    )
+    p.add_argument("--out", help="override [output] dir (the run directory's parent)")
+    p.add_argument("--quiet", action="store_true")
+
+    p = sub.add_parser("resume", help="continue an interrupted run")
+    p.add_argument("run_dir")
+    p.add_argument("--engine", choices=["local", "dask", "ray"])
+    p.add_argument("--address")
+    p.add_argument("--quiet", action="store_true")
+
+    p = sub.add_parser("status", help="state of a run directory")
+    p.add_argument("run_dir")
+
+    p = sub.add_parser("predict", help="score a dataset with a run's model")
+    p.add_argument("run_dir", help="run directory (or a saved model directory)")
+    p.add_argument("data", help="shard dataset directory")
+    p.add_argument("--out", required=True, help="output Parquet file")
+    p.add_argument(
+        "--splits", default=None, help="comma-separated splits (default all)"
+    )
+
+    p = sub.add_parser("report", help="PNG plots and an HTML page for a run")
+    p.add_argument("run_dir")
+
     p = sub.add_parser("info", help="print a dataset's manifest summary")
     p.add_argument("path")
     p.add_argument("--verify", action="store_true", help="check every file's sha256")
@@ -303,6 +336,58 @@ def _train(a) -> int:
     return 0
 
 
+def _run(a) -> int:
+    from bigrate.runner.job import start
+    from bigrate.runner.spec import load_job
+
+    spec = load_job(a.job, {"engine": a.engine, "address": a.address, "output": a.out})
+    run, metrics = start(spec, progress=not a.quiet)
+    _print_outcome(run, metrics)
+    return 0
+
+
+def _resume(a) -> int:
+    from bigrate.runner.job import resume
+
+    run, metrics = resume(
+        a.run_dir,
+        progress=not a.quiet,
+        overrides={"engine": a.engine, "address": a.address},
+    )
+    _print_outcome(run, metrics)
+    return 0
+
+
+def _print_outcome(run, metrics) -> None:
+    from bigrate.runner.status import format_metrics
+
+    print(format_metrics(metrics))
+    print(f"run directory: {run.path}")
+
+
+def _status(a) -> int:
+    from bigrate.runner.status import status_text
+
+    print(status_text(a.run_dir))
+    return 0
+
+
+def _predict(a) -> int:
+    from bigrate.runner.predict import predict
+
+    n = predict(a.run_dir, a.data, a.out, splits=_labels(a.splits))
+    print(f"wrote {n:,} scores to {a.out}")
+    return 0
+
+
+def _report(a) -> int:
+    from bigrate.runner.report import make_report
+
+    page = make_report(a.run_dir)
+    print(f"report: {page}")
+    return 0
+
+
 def _info(a) -> int:
     from bigrate.data import ShardedDataset
 
@@ -331,11 +416,36 @@ def main(argv: list[str] | None = None) -> int:
             return _info(a)
         if a.cmd == "train":
             return _train(a)
+        handlers = {
+            "run": _run,
+            "resume": _resume,
+            "status": _status,
+            "predict": _predict,
+            "report": _report,
+        }
+        if a.cmd in handlers:
+            return handlers[a.cmd](a)
     except (DataError, DatasetExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from bigrate.runner.rundir import RunLockedError
+
+        if isinstance(e, RunLockedError):
+            print(f"bigrate: error: {e}", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
-        print("bigrate: interrupted; nothing was left half-written", file=sys.stderr)
+        if a.cmd in ("run", "resume"):
+            print(
+                "bigrate: interrupted; finished work is saved. Continue with: "
+                "bigrate resume RUN_DIR (the run directory printed above)",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                "bigrate: interrupted; nothing was left half-written", file=sys.stderr
+            )
         return 130
     ap.error(f"unknown command {a.cmd}")
     return 2

@@ -93,6 +93,31 @@ class DaskEngine:
     def worker_pids(self) -> dict[str, int]:
         return self.client.run(os.getpid)
 
+    def put(self, obj):
+        """Send ``obj`` to every worker once; tasks receive it by reference."""
+        return self.client.scatter(obj, broadcast=True, hash=False)
+
+    def map(self, fn, args_list, *, retries: int = 3):
+        """Yield (index, result or TaskError) as tasks finish. A task whose worker dies
+        is recomputed on another worker; an exception inside it is not retried."""
+        from dask.distributed import as_completed
+
+        from bigrate.engines.local import TaskError
+
+        futures = [
+            self.client.submit(fn, *args, pure=False, retries=0) for args in args_list
+        ]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for fut in as_completed(futures):
+            i = index[fut.key]
+            try:
+                yield i, fut.result()
+            except Exception as e:  # noqa: BLE001 - recorded per task
+                import traceback
+
+                tb = "".join(traceback.format_exception(e))
+                yield i, TaskError(f"{type(e).__name__}: {e}", tb)
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
@@ -189,6 +214,11 @@ def fit_dask(
             file=sys.stderr,
             flush=True,
         )
+    from bigrate.progress import Progress
+
+    bar = Progress(
+        "training rounds", total=est.epochs * rounds_per_epoch, enabled=progress
+    )
     rnd = 0
     for epoch in range(est.epochs):
         te = time.perf_counter()
@@ -236,14 +266,11 @@ def fit_dask(
             for res in results:
                 stats += res["stats"]
             rnd += 1
-            if progress:
-                pfa = stats[2] / max(stats[0], 1)
-                pnd = stats[5] / max(stats[3], 1)
-                print(
-                    f"[bigrate] round {rnd}: Pfa {pfa:.4f} Pnd {pnd:.4f} lambda {lam:.4g}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            bar.update(
+                1,
+                f"Pfa {stats[2] / max(stats[0], 1):.4f} Pnd "
+                f"{stats[5] / max(stats[3], 1):.4f} lambda {lam:.4g}",
+            )
             if on_round is not None:
                 on_round(rnd, engine)
         est._record(
@@ -253,6 +280,7 @@ def fit_dask(
             time.perf_counter() - te,
             steps * len(futures) * rounds_per_epoch,
         )
+    bar.close(f"lambda {lam:.4g}")
     est._set_fitted(w, np.array([1.0, b, lam, t]), cfg)
     est._finish_stream(ds, holdout)
     est.fit_seconds_ = time.perf_counter() - t_start

@@ -1,0 +1,87 @@
+"""The Ray engine: an embedded local Ray runtime bound to 127.0.0.1, or an existing
+cluster (``host:6379`` or ``ray://host:10001``).
+
+The embedded runtime is started with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, Ray's
+single-node mode, in which the GCS, raylet and workers bind to 127.0.0.1 only (Ray's
+default binds every interface). Shared data is put in the object store once
+(:meth:`RayEngine.put`) and passed to every task by reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bigrate.engines.local import TaskError
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        n_workers: int | None = None,
+        quiet: bool = True,
+    ):
+        import ray
+
+        self._ray = ray
+        self.started = False
+        if ray.is_initialized():
+            self.started = False
+        elif address:
+            ray.init(address=address, log_to_driver=not quiet, configure_logging=False)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(
+                num_cpus=n_workers or os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=not quiet,
+                configure_logging=False,
+                _node_ip_address="127.0.0.1",
+            )
+            self.started = True
+
+    @property
+    def dashboard_link(self):
+        ctx = self._ray.get_runtime_context()
+        url = getattr(ctx, "dashboard_url", None)
+        return url or None
+
+    def node_addresses(self) -> list[str]:
+        return sorted(n["NodeManagerAddress"] for n in self._ray.nodes() if n["Alive"])
+
+    def put(self, obj):
+        return self._ray.put(obj)
+
+    def map(self, fn, args_list, *, retries: int = 3):
+        """Yield (index, result or TaskError) as tasks finish. A task whose worker dies
+        is retried up to ``retries`` times by Ray; an exception inside it is not."""
+        ray = self._ray
+        remote = ray.remote(max_retries=retries, retry_exceptions=False)(fn)
+        refs = [remote.remote(*args) for args in args_list]
+        index = {r: i for i, r in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ref = done[0]
+            try:
+                yield index[ref], ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - recorded per task
+                yield (
+                    index[ref],
+                    TaskError(f"{type(e).__name__}: {str(e)[:2000]}", str(e)),
+                )
+
+    def close(self) -> None:
+        if self.started:
+            self._ray.shutdown()
+            self.started = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,211 @@
+"""`bigrate report`: PNG plots and one self-contained HTML page for a run directory.
+
+* ROC curve of the model on the test split (val, else train, when there is no test split)
+  with the NP operating point (threshold 0) and the rho line;
+* Pfa, Pnd and the multiplier lambda per epoch;
+* for sweeps, the selection score over the grid (a heat map for two parameters, a line
+  for one, a bar per point otherwise).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bigrate.data.reader import ShardedDataset  # noqa: E402
+from bigrate.io import load_model  # noqa: E402
+from bigrate.metrics import roc_points  # noqa: E402
+from bigrate.runner.rundir import RunDir  # noqa: E402
+from bigrate.runner.status import format_metrics  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def plot_roc(
+    est, ds: ShardedDataset, split: str, target: tuple[str, float] | None, path: Path
+) -> Path:
+    ys, fs = [], []
+    for b in ds.iter_batches(split):
+        ys.append(b.y)
+        fs.append(est.decision_function(b.X))
+    y, f = np.concatenate(ys), np.concatenate(fs)
+    fpr, tpr, _ = roc_points(y, f)
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    ax.plot(fpr, tpr, lw=1.6, label="ROC")
+    pfa = float(np.mean(f[y < 0] >= 0))
+    det = float(np.mean(f[y > 0] >= 0))
+    ax.plot([pfa], [det], "o", color="C3", label=f"operating point (Pfa {pfa:.3f})")
+    if target and target[0] == "rho":
+        ax.axvline(target[1], color="C2", ls="--", label=f"rho = {target[1]:g}")
+    ax.set_xlabel("false-alarm rate (Pfa)")
+    ax.set_ylabel("detection rate (1 - Pnd)")
+    ax.set_title(f"ROC on the {split} split")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_history(
+    history: list[dict], target: tuple[str, float] | None, path: Path
+) -> Path | None:
+    if not history:
+        return None
+    ep = [h["epoch"] for h in history]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    a1.plot(ep, [h["pfa"] for h in history], "o-", label="Pfa (training, progressive)")
+    a1.plot(ep, [h["pnd"] for h in history], "s-", label="Pnd (training, progressive)")
+    if target:
+        a1.axhline(target[1], color="C2", ls="--", label=f"{target[0]} = {target[1]:g}")
+    a1.set_xlabel("epoch")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    a2.plot(ep, [h["lambda"] for h in history], "o-", color="C4")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("multiplier lambda")
+    a2.set_yscale("log")
+    a2.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _lab(v) -> str:
+    return (
+        f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+    )
+
+
+def _numeric(vals) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+
+
+def plot_sweep(sweep: dict, path: Path) -> Path | None:
+    rows = [r for r in sweep["points"] if sweep["select"] in r]
+    if not rows:
+        return None
+    sel = sweep["select"]
+    keys = sorted(rows[0]["params"])
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    if len(keys) == 2:
+        xs = sorted(
+            {r["params"][keys[0]] for r in rows},
+            key=str if not _numeric([r["params"][keys[0]] for r in rows]) else None,
+        )
+        ys = sorted(
+            {r["params"][keys[1]] for r in rows},
+            key=str if not _numeric([r["params"][keys[1]] for r in rows]) else None,
+        )
+        grid = np.full((len(ys), len(xs)), np.nan)
+        for r in rows:
+            grid[ys.index(r["params"][keys[1]]), xs.index(r["params"][keys[0]])] = r[
+                sel
+            ]
+        im = ax.imshow(
+            grid,
+            origin="lower",
+            aspect="auto",
+            cmap="viridis_r" if sel != "accepted" else "viridis",
+        )
+        ax.set_xticks(range(len(xs)), [_lab(v) for v in xs], rotation=45)
+        ax.set_yticks(range(len(ys)), [_lab(v) for v in ys])
+        ax.set_xlabel(keys[0])
+        ax.set_ylabel(keys[1])
+        fig.colorbar(im, ax=ax, label=sel)
+    elif len(keys) == 1:
+        vals = [r["params"][keys[0]] for r in rows]
+        if _numeric(vals):
+            rs = sorted(rows, key=lambda r: r["params"][keys[0]])
+            ax.plot([r["params"][keys[0]] for r in rs], [r[sel] for r in rs], "o-")
+            if all(v > 0 for v in vals):
+                ax.set_xscale("log")
+        else:
+            ax.bar([_lab(v) for v in vals], [r[sel] for r in rows])
+        ax.set_xlabel(keys[0])
+        ax.set_ylabel(sel)
+    else:
+        ax.bar(range(len(rows)), [r[sel] for r in rows])
+        ax.set_xlabel("grid point")
+        ax.set_ylabel(sel)
+    b = sweep["best"]
+    ax.set_title(
+        f"sweep: {sel} per point (best {b[sel]:.4g} at {b['params']})", fontsize=8
+    )
+    return _save(fig, path)
+
+
+def make_report(run_path) -> Path:
+    """Write report/*.png and report/index.html (images embedded); returns the page."""
+    run = RunDir.open(run_path)
+    job = run.read_json("config.json")["job"]
+    out = run.path / "report"
+    out.mkdir(exist_ok=True)
+    metrics = (
+        run.read_json("metrics.json") if (run.path / "metrics.json").exists() else {}
+    )
+    pngs: list[tuple[str, Path]] = []
+    model_dir = (
+        run.path / "model"
+        if (run.path / "model").exists()
+        else (Path(job["model"]) if job.get("model") else None)
+    )
+    target = None
+    if model_dir is not None and (model_dir / "model.json").exists():
+        est = load_model(model_dir)
+        params = est.get_params()
+        target = ("rho", params["rho"]) if "rho" in params else ("q", params.get("q"))
+        ds = ShardedDataset(job["data"])
+        split = next(s for s in ("test", "val", "train") if s in ds.splits)
+        pngs.append(
+            (
+                "ROC curve with the NP operating point",
+                plot_roc(est, ds, split, target, out / "roc.png"),
+            )
+        )
+        h = plot_history(getattr(est, "history_", []), target, out / "history.png")
+        if h:
+            pngs.append(("Training Pfa, Pnd and lambda per epoch", h))
+    if metrics.get("sweep"):
+        s = plot_sweep(metrics["sweep"], out / "sweep.png")
+        if s:
+            pngs.append(("Sweep score over the grid", s))
+    parts = [
+        f"<h1>bigrate run {html.escape(run.path.name)}</h1>",
+        f"<p>job <b>{html.escape(job['name'])}</b> ({job['kind']}, "
+        f"{html.escape(str(job.get('estimator')))}, engine {job['engine']})</p>",
+        f"<pre>{html.escape(format_metrics(metrics))}</pre>",
+    ]
+    for title, p in pngs:
+        data = base64.b64encode(p.read_bytes()).decode("ascii")
+        parts.append(
+            f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
+            f"src='data:image/png;base64,{data}'>"
+        )
+    parts.append(
+        "<h2>Configuration</h2><pre>"
+        + html.escape(json.dumps(job, indent=2))
+        + "</pre>"
+    )
+    page = out / "index.html"
+    tmp = out / ".index.html.tmp"
+    tmp.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>bigrate "
+        f"report</title></head><body style='font-family:sans-serif'>"
+        + "\n".join(parts)
+        + "</body></html>\n",
+        encoding="utf-8",
+    )
+    tmp.replace(page)
+    return page

@@ -1,0 +1,247 @@
+"""A run directory: everything one job run writes, so that it can be inspected, reported
+on and resumed.
+
+    RUN/
+      job.toml            copy of the job file as submitted
+      config.json         the resolved, validated configuration
+      env.json            Python, platform and package versions
+      events.jsonl        one JSON event a line (start, point done, failure, end, ...)
+      .lock               pid of the process running the job (absent when not running)
+      results/            sweep: one JSON file per finished (point, fold) task
+      results.parquet     sweep: every finished task, rewritten atomically after each
+      metrics.json        evaluation per split (and the sweep's choice)
+      model/              the fitted model as npz + JSON (bigrate.load_model)
+
+Every file is written through a temporary file renamed into place; ``events.jsonl`` is
+appended a line at a time with fsync, and a torn last line is skipped when read.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from bigrate.data.writer import atomic_write_text
+from bigrate.io import _jsonable
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is running this run directory."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in (
+        "bigrate",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "pyarrow",
+        "numba",
+        "dask",
+        "distributed",
+        "ray",
+        "matplotlib",
+    ):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+class RunDir:
+    """Create (:meth:`create`) or reopen (:meth:`open`) a run directory."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._locked = False
+
+    # -- creation ---------------------------------------------------------------
+    @classmethod
+    def create(
+        cls, parent: str | os.PathLike, name: str, job_file: str | None, config: dict
+    ) -> RunDir:
+        """A new, unique run directory ``parent/name-YYYYmmdd-HHMMSS[-N]``, locked."""
+        parent = Path(parent)
+        parent.mkdir(parents=True, exist_ok=True)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        for k in range(1000):
+            path = parent / (f"{name}-{stamp}" + (f"-{k}" if k else ""))
+            try:
+                path.mkdir()  # atomic: two runs never get the same directory
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover
+            raise RuntimeError(f"could not create a run directory under {parent}")
+        run = cls(path)
+        run.lock()
+        if job_file:
+            shutil.copyfile(job_file, path / ".job.toml.tmp")
+            os.replace(path / ".job.toml.tmp", path / "job.toml")
+        run.write_json("config.json", config)
+        run.write_json("env.json", versions())
+        (path / "results").mkdir()
+        return run
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> RunDir:
+        run = cls(path)
+        if not (run.path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{run.path}: not a bigrate run directory (no config.json)"
+            )
+        return run
+
+    # -- lock ---------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the run's lock file, or raise RunLockedError if a live process has it."""
+        lock = self.path / ".lock"
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": _now(),
+            "argv": sys.argv,
+        }
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    other = json.loads(lock.read_text() or "{}")
+                except (OSError, json.JSONDecodeError):
+                    other = {}
+                pid = int(other.get("pid", -1))
+                if (
+                    other.get("host") == socket.gethostname()
+                    and pid > 0
+                    and not _alive(pid)
+                ):
+                    self.event("stale_lock_removed", pid=pid)
+                    lock.unlink(missing_ok=True)
+                    continue
+                raise RunLockedError(
+                    f"{self.path}: the run is in use by pid {pid} on {other.get('host')} "
+                    f"since {other.get('since')} ({' '.join(other.get('argv', []))}); two "
+                    "runs never share a run directory: wait for it, or stop it first"
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self._locked = True
+            return
+        raise RunLockedError(
+            f"{self.path}: could not take the lock"
+        )  # pragma: no cover
+
+    def unlock(self) -> None:
+        if self._locked:
+            (self.path / ".lock").unlink(missing_ok=True)
+            self._locked = False
+
+    def locked_by(self) -> dict | None:
+        lock = self.path / ".lock"
+        if not lock.exists():
+            return None
+        try:
+            info = json.loads(lock.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            return None
+        if info.get("host") == socket.gethostname() and not _alive(
+            int(info.get("pid", -1))
+        ):
+            return None
+        return info
+
+    # -- files ------------------------------------------------------------------
+    def write_json(self, name: str, obj) -> None:
+        atomic_write_text(self.path / name, json.dumps(_jsonable(obj), indent=2) + "\n")
+
+    def read_json(self, name: str):
+        return json.loads((self.path / name).read_text())
+
+    def event(self, event_name: str, **fields) -> None:
+        line = json.dumps(_jsonable({"time": _now(), "event": event_name, **fields}))
+        with open(self.path / "events.jsonl", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def events(self) -> list[dict]:
+        p = self.path / "events.jsonl"
+        if not p.exists():
+            return []
+        out = []
+        for line in p.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line torn by a crash
+        return out
+
+    # -- sweep results --------------------------------------------------------------
+    @staticmethod
+    def task_key(point: int, fold: int) -> str:
+        return f"point-{point:05d}-fold-{fold:03d}"
+
+    def save_result(self, point: int, fold: int, record: dict) -> None:
+        self.write_json(f"results/{self.task_key(point, fold)}.json", record)
+
+    def results(self) -> dict[tuple[int, int], dict]:
+        out = {}
+        for p in sorted((self.path / "results").glob("point-*-fold-*.json")):
+            try:
+                rec = json.loads(p.read_text())
+            except json.JSONDecodeError:  # pragma: no cover - writes are atomic
+                continue
+            out[(int(rec["point"]), int(rec["fold"]))] = rec
+        return out
+
+    def write_results_table(self) -> None:
+        """Rewrite results.parquet from the per-task files (atomically)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        recs = list(self.results().values())
+        if not recs:
+            return
+        rows = []
+        for r in recs:
+            row = {
+                "point": r["point"],
+                "fold": r["fold"],
+                "status": r["status"],
+                "params": json.dumps(r.get("params", {}), sort_keys=True),
+                "seconds": r.get("seconds"),
+                "error": r.get("error"),
+            }
+            for k, v in (r.get("metrics") or {}).items():
+                row[k] = v
+            rows.append(row)
+        keys = sorted({k for row in rows for k in row})
+        table = pa.table({k: [row.get(k) for row in rows] for k in keys})
+        tmp = self.path / ".results.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.path / "results.parquet")

@@ -1,0 +1,349 @@
+"""Job files: TOML, read with the standard library, validated before anything runs.
+
+A job file is data: nothing in it is evaluated. Validation collects every problem, each
+with its key path (``model.params.rho: must be in (0, 1), got 1.5``), and raises them
+together as a :class:`JobSpecError`.
+
+    [job]
+    kind = "train"                 # train | sweep | evaluate
+    name = "a9a-np"
+    [data]
+    path = "data/a9a"              # shard directory or fsspec URL (relative paths: to the
+                                   # working directory, like the command line's)
+    [model]
+    estimator = "NeymanPearsonSGD"
+    params = { rho = 0.05, epochs = 10 }
+    [engine]
+    name = "dask"                  # local | dask | ray
+    address = ""                   # empty: embedded cluster on 127.0.0.1
+    workers = 2                    # embedded cluster size (optional)
+    [sweep]                        # kind = "sweep" only
+    grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
+    cv = 3                         # folds of the train split, or "val" (the val split)
+    select = "J_val"               # J_val (NP) | accepted (q-value)
+    [evaluate]                     # kind = "evaluate" only
+    model = "runs/a9a-np-.../model"
+    splits = ["test"]
+    [output]
+    dir = "runs"
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KINDS = ("train", "sweep", "evaluate")
+ENGINES = ("local", "dask", "ray")
+SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
+
+# estimator name -> (module, class, target parameter, default selection rule)
+ESTIMATORS = {
+    "NeymanPearsonSGD": ("bigrate.linear", "NeymanPearsonSGD", "rho", "J_val"),
+    "QValueSGD": ("bigrate.linear", "QValueSGD", "q", "accepted"),
+}
+
+_SCHEMA = {
+    "job": {"kind": str, "name": str},
+    "data": {"path": str},
+    "model": {"estimator": str, "params": dict},
+    "engine": {"name": str, "address": str, "workers": int},
+    "sweep": {"grid": dict, "cv": (int, str), "select": str, "seed": int},
+    "evaluate": {"model": str, "splits": list},
+    "output": {"dir": str},
+}
+_REQUIRED = {"job": ["kind", "name"], "data": ["path"]}
+
+
+class JobSpecError(ValueError):
+    """One or more problems in a job file; ``problems`` lists them with key paths."""
+
+    def __init__(self, path, problems: list[str]):
+        self.path = str(path)
+        self.problems = problems
+        body = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{path}: {len(problems)} problem(s) in the job file:\n{body}")
+
+
+@dataclass
+class JobSpec:
+    """A validated job (see the module docstring for the file format)."""
+
+    kind: str
+    name: str
+    data: str
+    estimator: str | None = None
+    params: dict = field(default_factory=dict)
+    engine: str = "local"
+    address: str = ""
+    workers: int | None = None
+    grid: dict = field(default_factory=dict)
+    cv: int | str = "val"
+    select: str = "J_val"
+    seed: int = 0
+    model: str | None = None
+    splits: list = field(default_factory=lambda: ["test"])
+    output: str = "runs"
+    source: str | None = None  # the job file's path
+
+    def to_json(self) -> dict:
+        d = copy.deepcopy(self.__dict__)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> JobSpec:
+        return cls(**d)
+
+    def points(self) -> list[dict]:
+        """The sweep's grid points in a fixed order (row-major over sorted keys)."""
+        import itertools
+
+        keys = sorted(self.grid)
+        return [
+            dict(zip(keys, vals, strict=True))
+            for vals in itertools.product(*(self.grid[k] for k in keys))
+        ]
+
+
+def _type_name(t) -> str:
+    if isinstance(t, tuple):
+        return " or ".join(_type_name(x) for x in t)
+    return {
+        str: "a string",
+        int: "an integer",
+        dict: "a table",
+        list: "an array",
+        float: "a number",
+    }.get(t, t.__name__)
+
+
+def _estimator_class(name: str):
+    import importlib
+
+    mod, cls, _, _ = ESTIMATORS[name]
+    return getattr(importlib.import_module(mod), cls)
+
+
+def _check_params(
+    est_name: str,
+    params: dict,
+    where: str,
+    problems: list[str],
+    allow_lists: bool = False,
+) -> None:
+    """Each parameter exists and passes the estimator's own constraints."""
+    from sklearn.utils._param_validation import (
+        InvalidParameterError,
+        validate_parameter_constraints,
+    )
+
+    cls = _estimator_class(est_name)
+    valid = cls().get_params()
+    constraints = getattr(cls, "_parameter_constraints", {})
+    for k, v in params.items():
+        if k not in valid:
+            problems.append(
+                f"{where}.{k}: {est_name} has no parameter {k!r} "
+                f"(valid: {', '.join(sorted(valid))})"
+            )
+            continue
+        values = v if (allow_lists and isinstance(v, list)) else [v]
+        if allow_lists and not isinstance(v, list):
+            problems.append(f"{where}.{k}: must be an array of values, got {v!r}")
+            continue
+        if allow_lists and not values:
+            problems.append(f"{where}.{k}: must not be empty")
+        for val in values:
+            if k in constraints:
+                try:
+                    validate_parameter_constraints(
+                        {k: constraints[k]}, {k: val}, caller_name=est_name
+                    )
+                except InvalidParameterError as e:
+                    msg = str(e).split(" parameter of ")[-1]
+                    problems.append(f"{where}.{k}: {_short(msg, k, val)}")
+
+
+def _short(msg: str, k: str, val) -> str:
+    """sklearn's message, shortened: 'must be a float in the range (0.0, 1.0), got 1.5'."""
+    if " must be " in msg:
+        body = msg.split(" must be ", 1)[1]
+        body = body.split(". Got ")[0]
+        return f"must be {body}, got {val!r}"
+    return msg
+
+
+def load_job(path: str | os.PathLike, overrides: dict | None = None) -> JobSpec:
+    """Read and validate a job file; ``overrides`` (engine, address, output) come from the
+    command line. Raises :class:`JobSpecError` listing every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: job file not found")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise JobSpecError(path, [f"not valid TOML: {e}"]) from None
+    return validate(raw, path, overrides or {})
+
+
+def validate(raw: dict, path, overrides: dict) -> JobSpec:
+    problems: list[str] = []
+    for sect, val in raw.items():
+        if sect not in _SCHEMA:
+            problems.append(f"{sect}: unknown section (expected {', '.join(_SCHEMA)})")
+            continue
+        if not isinstance(val, dict):
+            problems.append(f"{sect}: must be a table ([{sect}])")
+            continue
+        for k, v in val.items():
+            if k not in _SCHEMA[sect]:
+                problems.append(
+                    f"{sect}.{k}: unknown key (expected one of "
+                    f"{', '.join(_SCHEMA[sect])})"
+                )
+                continue
+            t = _SCHEMA[sect][k]
+            if isinstance(v, bool) or not isinstance(v, t):
+                problems.append(f"{sect}.{k}: must be {_type_name(t)}, got {v!r}")
+    for sect, keys in _REQUIRED.items():
+        for k in keys:
+            if k not in raw.get(sect, {}) if isinstance(raw.get(sect), dict) else True:
+                problems.append(f"{sect}.{k}: required")
+    if problems:
+        raise JobSpecError(path, problems)
+
+    job, data = raw["job"], raw["data"]
+    model = raw.get("model", {})
+    engine = raw.get("engine", {})
+    sweep = raw.get("sweep", {})
+    evaluate = raw.get("evaluate", {})
+    output = raw.get("output", {})
+    base = Path.cwd()  # relative paths in a job file are relative to where it is run
+
+    kind = job["kind"]
+    if kind not in KINDS:
+        problems.append(f"job.kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+    name = job["name"]
+    if not name or any(c in name for c in "/\\") or name.startswith("."):
+        problems.append(
+            f"job.name: must be a plain name (no '/', not starting with '.'), "
+            f"got {name!r}"
+        )
+
+    data_path = data["path"]
+    if "://" not in data_path:
+        p = Path(data_path)
+        data_path = str(p if p.is_absolute() else (base / p))
+        if not (Path(data_path) / "manifest.json").is_file():
+            problems.append(
+                f"data.path: no dataset at {data_path} (no manifest.json; make "
+                "one with `bigrate prep ...`)"
+            )
+
+    est = model.get("estimator")
+    params = dict(model.get("params", {}))
+    if kind in ("train", "sweep"):
+        if est is None:
+            problems.append("model.estimator: required for a train or sweep job")
+        elif est not in ESTIMATORS:
+            problems.append(
+                f"model.estimator: unknown estimator {est!r} (known: "
+                f"{', '.join(sorted(ESTIMATORS))})"
+            )
+        else:
+            _check_params(est, params, "model.params", problems)
+
+    eng = overrides.get("engine") or engine.get("name", "local")
+    if eng not in ENGINES:
+        problems.append(
+            f"engine.name: must be one of {', '.join(ENGINES)}, got {eng!r}"
+        )
+    address = overrides.get("address") or engine.get("address", "")
+    if address and eng == "local":
+        problems.append(
+            "engine.address: the local engine takes no address (use dask or ray)"
+        )
+    if address and eng == "dask" and not address.startswith(("tcp://", "tls://")):
+        problems.append(
+            f"engine.address: a Dask scheduler address looks like "
+            f"tcp://host:8786, got {address!r}"
+        )
+    workers = engine.get("workers")
+    if workers is not None and workers < 1:
+        problems.append(f"engine.workers: must be >= 1, got {workers}")
+
+    grid = dict(sweep.get("grid", {}))
+    cv = sweep.get("cv", "val")
+    select = sweep.get("select")
+    if kind == "sweep":
+        if not grid:
+            problems.append(
+                "sweep.grid: required for a sweep job (a table of parameter "
+                "name = [values])"
+            )
+        elif est in ESTIMATORS:
+            _check_params(est, grid, "sweep.grid", problems, allow_lists=True)
+            for k in grid:
+                if k in params:
+                    problems.append(
+                        f"sweep.grid.{k}: also set in model.params; "
+                        "give it in one place"
+                    )
+        if isinstance(cv, str) and cv != "val":
+            problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv!r}')
+        if isinstance(cv, int) and cv < 2:
+            problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv}')
+        if select is None and est in ESTIMATORS:
+            select = ESTIMATORS[est][3]
+        if select is not None and select not in SELECT:
+            problems.append(
+                f"sweep.select: must be one of {', '.join(SELECT)}, got {select!r}"
+            )
+    elif sweep:
+        problems.append(
+            f"sweep: only a sweep job takes a [sweep] table (job.kind is {kind!r})"
+        )
+
+    model_dir = evaluate.get("model")
+    splits = evaluate.get("splits", ["test"])
+    if kind == "evaluate":
+        if not model_dir:
+            problems.append(
+                "evaluate.model: required for an evaluate job (a saved model directory)"
+            )
+        else:
+            mp = Path(model_dir)
+            model_dir = str(mp if mp.is_absolute() else base / mp)
+            if not (Path(model_dir) / "model.json").is_file():
+                problems.append(f"evaluate.model: no saved model at {model_dir}")
+        if not all(isinstance(s, str) for s in splits):
+            problems.append(
+                f"evaluate.splits: must be an array of split names, got {splits!r}"
+            )
+
+    out = overrides.get("output") or output.get("dir", "runs")
+    op = Path(out)
+    out = str(op if op.is_absolute() else base / op)
+    if problems:
+        raise JobSpecError(path, problems)
+    return JobSpec(
+        kind=kind,
+        name=name,
+        data=data_path,
+        estimator=est,
+        params=params,
+        engine=eng,
+        address=address,
+        workers=workers,
+        grid=grid,
+        cv=cv,
+        select=select or "J_val",
+        seed=sweep.get("seed", 0),
+        model=model_dir,
+        splits=list(splits),
+        output=out,
+        source=str(Path(path).resolve()),
+    )
