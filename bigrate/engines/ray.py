@@ -14,6 +14,20 @@ import os
 from bigrate.engines.local import TaskError
 
 
+def _single_node_mode() -> None:
+    """Ray's single-node mode: every Ray process binds and connects to 127.0.0.1.
+
+    Ray reads the switch when it is first imported (ray_constants.ENABLE_RAY_CLUSTER), so
+    it is set in the environment (inherited by the GCS, raylet and workers) and, if Ray
+    was already imported here, in that module too."""
+    import sys
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    consts = sys.modules.get("ray._private.ray_constants")
+    if consts is not None:
+        consts.ENABLE_RAY_CLUSTER = False
+
+
 class RayEngine:
     name = "ray"
 
@@ -24,6 +38,17 @@ class RayEngine:
         n_workers: int | None = None,
         quiet: bool = True,
     ):
+        host = (address or "").split("://")[-1].rsplit(":", 1)[0]
+        loopback = not address or (
+            host in ("127.0.0.1", "localhost") and not address.startswith("ray://")
+        )
+        if loopback:
+            _single_node_mode()
+        if address:
+            # clusters started by `ray start` (cluster/ray/*.sh) require token
+            # authentication; the token is read from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH
+            # or ~/.ray/auth_token. Set RAY_AUTH_MODE=disabled for a cluster without.
+            os.environ.setdefault("RAY_AUTH_MODE", "token")
         import ray
 
         self._ray = ray
@@ -31,9 +56,13 @@ class RayEngine:
         if ray.is_initialized():
             self.started = False
         elif address:
-            ray.init(address=address, log_to_driver=not quiet, configure_logging=False)
+            # a loopback head runs in Ray's single-node mode; so must the driver, or it
+            # looks for a raylet on the machine's network address and waits forever
+            kw = {"_node_ip_address": "127.0.0.1"} if loopback else {}
+            ray.init(
+                address=address, log_to_driver=not quiet, configure_logging=False, **kw
+            )
         else:
-            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray.init(
                 num_cpus=n_workers or os.cpu_count() or 1,

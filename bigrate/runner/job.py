@@ -11,8 +11,8 @@ import numpy as np
 
 from bigrate.data.reader import ShardedDataset
 from bigrate.metrics import evaluate_stream
-from bigrate.runner import tasks
 from bigrate.progress import Progress
+from bigrate.runner import tasks
 from bigrate.runner.rundir import RunDir
 from bigrate.runner.spec import ESTIMATORS, SELECT, JobSpec
 

@@ -202,7 +202,7 @@ def make_report(run_path) -> Path:
     tmp = out / ".index.html.tmp"
     tmp.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>bigrate "
-        f"report</title></head><body style='font-family:sans-serif'>"
+        "report</title></head><body style='font-family:sans-serif'>"
         + "\n".join(parts)
         + "</body></html>\n",
         encoding="utf-8",

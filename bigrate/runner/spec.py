@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import copy
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 KINDS = ("train", "sweep", "evaluate")
 ENGINES = ("local", "dask", "ray")
@@ -212,29 +213,40 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         for k in keys:
             if k not in raw.get(sect, {}) if isinstance(raw.get(sect), dict) else True:
                 problems.append(f"{sect}.{k}: required")
-    if problems:
-        raise JobSpecError(path, problems)
 
-    job, data = raw["job"], raw["data"]
-    model = raw.get("model", {})
-    engine = raw.get("engine", {})
-    sweep = raw.get("sweep", {})
-    evaluate = raw.get("evaluate", {})
-    output = raw.get("output", {})
+    def table(name):  # a section, keeping only the keys of the right type
+        val = raw.get(name, {})
+        if not isinstance(val, dict):
+            return {}
+        return {
+            k: v
+            for k, v in val.items()
+            if k in _SCHEMA.get(name, {})
+            and not isinstance(v, bool)
+            and isinstance(v, _SCHEMA[name][k])
+        }
+
+    job, data, model = table("job"), table("data"), table("model")
+    engine, sweep, evaluate, output = (
+        table("engine"),
+        table("sweep"),
+        table("evaluate"),
+        table("output"),
+    )
     base = Path.cwd()  # relative paths in a job file are relative to where it is run
 
-    kind = job["kind"]
-    if kind not in KINDS:
+    kind = job.get("kind")
+    if kind is not None and kind not in KINDS:
         problems.append(f"job.kind: must be one of {', '.join(KINDS)}, got {kind!r}")
-    name = job["name"]
+    name = job.get("name", "job")
     if not name or any(c in name for c in "/\\") or name.startswith("."):
         problems.append(
             f"job.name: must be a plain name (no '/', not starting with '.'), "
             f"got {name!r}"
         )
 
-    data_path = data["path"]
-    if "://" not in data_path:
+    data_path = data.get("path", "")
+    if data_path and "://" not in data_path:
         p = Path(data_path)
         data_path = str(p if p.is_absolute() else (base / p))
         if not (Path(data_path) / "manifest.json").is_file():
@@ -245,16 +257,15 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
 
     est = model.get("estimator")
     params = dict(model.get("params", {}))
-    if kind in ("train", "sweep"):
-        if est is None:
-            problems.append("model.estimator: required for a train or sweep job")
-        elif est not in ESTIMATORS:
-            problems.append(
-                f"model.estimator: unknown estimator {est!r} (known: "
-                f"{', '.join(sorted(ESTIMATORS))})"
-            )
-        else:
-            _check_params(est, params, "model.params", problems)
+    if est is not None and est not in ESTIMATORS:
+        problems.append(
+            f"model.estimator: unknown estimator {est!r} (known: "
+            f"{', '.join(sorted(ESTIMATORS))})"
+        )
+    elif est is not None:
+        _check_params(est, params, "model.params", problems)
+    elif kind in ("train", "sweep"):
+        problems.append("model.estimator: required for a train or sweep job")
 
     eng = overrides.get("engine") or engine.get("name", "local")
     if eng not in ENGINES:

@@ -1,0 +1,247 @@
+"""Jobs submitted by address to real clusters started with the scripts in cluster/,
+on 127.0.0.1: a Dask scheduler with two workers, and a Ray head node. A worker is killed
+during each job and the job still completes with the right result."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+from tests.runner.test_jobs import job_file, only_run, sweep_job, train_job
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env(**kw):
+    e = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", **kw)
+    return e
+
+
+def listening_ports(pids) -> set:
+    out = set()
+    for pid in pids:
+        try:
+            for c in psutil.Process(pid).net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add(c.laddr.ip.removeprefix("::ffff:"))  # v4-mapped
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    from bigrate.data.prep import prep_synth
+
+    d = tmp_path_factory.mktemp("cl") / "syn"
+    prep_synth(d, rows=120_000, features=3000, progress=False)
+    return d
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    port = free_port()
+    sched = subprocess.Popen(
+        [str(REPO / "cluster/dask/start-scheduler.sh")],
+        env=env(PORT=str(port), DASHBOARD="none"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    address = f"tcp://127.0.0.1:{port}"
+    workers = [
+        subprocess.Popen(
+            [str(REPO / "cluster/dask/start-worker.sh")],
+            env=env(SCHEDULER=address, MEMORY_LIMIT="2GiB"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
+    from dask.distributed import Client
+
+    with Client(address, timeout="60s") as c:
+        c.wait_for_workers(2, timeout=120)
+    yield address, sched, workers
+    for p in workers + [sched]:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in workers + [sched]:
+        p.wait(timeout=60)
+
+
+def test_dask_scripts_bind_loopback(dask_cluster):
+    address, sched, workers = dask_cluster
+    pids = (
+        [sched.pid]
+        + [
+            c.pid
+            for w in workers
+            for c in psutil.Process(w.pid).children(recursive=True)
+        ]
+        + [w.pid for w in workers]
+    )
+    assert listening_ports(pids) <= {"127.0.0.1"}
+
+
+def test_train_job_on_dask_by_address_survives_a_killed_worker(
+    tmp_path, synth, dask_cluster
+):
+    address, _, workers = dask_cluster
+    body = train_job(synth, tmp_path / "runs", engine="dask", extra=", epochs = 12")
+    body = body.replace("epochs = 4 ,", "")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bigrate.cli",
+            "run",
+            str(job_file(tmp_path, body)),
+            "--address",
+            address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # wait for training rounds to start, then kill one worker process (not its nanny)
+    victim = None
+    t0 = time.time()
+    while time.time() - t0 < 120 and victim is None:
+        run = (
+            list((tmp_path / "runs").glob("t-*"))
+            if (tmp_path / "runs").exists()
+            else []
+        )
+        ev = run[0] / "events.jsonl" if run else None
+        if ev is not None and ev.exists() and "train_started" in ev.read_text():
+            time.sleep(1.0)
+            kids = psutil.Process(workers[0].pid).children(recursive=True)
+            victim = max(
+                kids, key=lambda k: k.create_time()
+            )  # the worker under the nanny
+            victim.kill()
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert victim is not None
+    assert f"dask engine ({address})" in err
+    run = only_run(tmp_path / "runs")
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["evaluation"]["test"]["pfa"] < 0.1 and m["evaluation"]["test"]["pnd"] < 0.8
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    port = free_port()
+    e = env(PORT=str(port), NUM_CPUS="2", RAY_USAGE_STATS_ENABLED="0")
+    p = subprocess.run(
+        [
+            str(REPO / "cluster/ray/start-head.sh"),
+            "--temp-dir",
+            str(tmp_path_factory.mktemp("ray")),
+        ],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    yield f"127.0.0.1:{port}"
+    subprocess.run([str(BIN / "ray"), "stop"], env=e, capture_output=True, timeout=120)
+
+
+def ray_procs():
+    out = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if "gcs_server" in cmd or "raylet" in cmd or cmd.startswith("ray::"):
+            out.append(proc)
+    return out
+
+
+def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_cluster):
+    assert listening_ports([p.pid for p in ray_procs()]) <= {"127.0.0.1"}
+    body = sweep_job(
+        synth,
+        tmp_path / "runs",
+        grid="alpha = [1e-5, 1e-4, 1e-3]",
+        cv=2,
+        engine="ray",
+        epochs=6,
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bigrate.cli",
+            "run",
+            str(job_file(tmp_path, body)),
+            "--address",
+            ray_cluster,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed = None
+    t0 = time.time()
+    while time.time() - t0 < 180 and killed is None and proc.poll() is None:
+        for p in ray_procs():
+            try:
+                if p.cmdline() and p.cmdline()[0].startswith("ray::fit_fold"):
+                    p.kill()
+                    killed = p.pid
+                    break
+            except psutil.Error:
+                continue
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert killed is not None, "no running task was found to kill"
+    run = only_run(tmp_path / "runs")
+    res = [json.loads(f.read_text()) for f in (run / "results").glob("*.json")]
+    assert len(res) == 6 and all(r["status"] == "ok" for r in res)
+    assert f"ray engine ({ray_cluster})" in err
+    assert "sweep: best point" in out
+
+
+def test_embedded_ray_binds_loopback_and_maps():
+    from bigrate.engines.ray import RayEngine
+
+    with RayEngine(n_workers=2) as eng:
+        assert eng.node_addresses() == ["127.0.0.1"]
+        assert listening_ports([p.pid for p in ray_procs()]) <= {"127.0.0.1"}
+        handle = eng.put(list(range(10)))
+        got = dict(eng.map(_square_sum, [(handle, k) for k in range(4)]))
+        assert got == {k: sum(x * x for x in range(10)) + k for k in range(4)}
+        errs = dict(eng.map(_boom, [(1,)]))
+        assert "ZeroDivisionError" in str(errs[0])
+
+
+def _square_sum(xs, k):
+    return sum(x * x for x in xs) + k
+
+
+def _boom(x):
+    return x / 0

@@ -1,0 +1,258 @@
+"""Jobs end to end through the real `bigrate` command on the local engine: run
+directories, failures recorded, SIGKILL of the driver and resume, locks, reports."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from bigrate import load_model
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    from bigrate.data.prep import prep_synth
+
+    d = tmp_path_factory.mktemp("jobs") / "syn"
+    prep_synth(d, rows=30_000, features=2000, progress=False)
+    return d
+
+
+def job_file(tmp_path, body: str):
+    p = tmp_path / "job.toml"
+    p.write_text(body)
+    return p
+
+
+def train_job(data, out, engine="local", extra=""):
+    return f"""
+[job]
+kind = "train"
+name = "t"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ rho = 0.05, epochs = 4 {extra} }}
+[engine]
+name = "{engine}"
+[output]
+dir = "{out}"
+"""
+
+
+def only_run(out):
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_train_job_run_directory(tmp_path, synth):
+    p = run_cli(
+        "run", job_file(tmp_path, train_job(synth, tmp_path / "runs")), check=True
+    )
+    run = only_run(tmp_path / "runs")
+    for name in (
+        "job.toml",
+        "config.json",
+        "env.json",
+        "events.jsonl",
+        "metrics.json",
+        "model/model.json",
+        "model/arrays.npz",
+    ):
+        assert (run / name).exists(), name
+    assert not (run / ".lock").exists()
+    env = json.loads((run / "env.json").read_text())
+    assert env["bigrate"] and env["numpy"] and env["python"]
+    events = [json.loads(line)["event"] for line in (run / "events.jsonl").open()]
+    assert events[0] == "run_started" and events[-1] == "run_finished"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["evaluation"]["test"]["pfa"] < 0.1
+    assert "test" in p.stdout and f"run directory: {run}" in p.stdout
+    # predict, and the saved model gives identical scores
+    run_cli("predict", run, synth, "--out", tmp_path / "s.parquet", check=True)
+    scores = pq.read_table(tmp_path / "s.parquet")
+    from bigrate import ShardedDataset
+
+    ds = ShardedDataset(synth)
+    test = ds.to_csr("test")
+    model = load_model(run / "model")
+    got = scores.filter(scores.column("split").to_numpy(zero_copy_only=False) == "test")
+    order = np.argsort(got.column("row_id").to_numpy())
+    np.testing.assert_array_equal(
+        got.column("score").to_numpy()[order], model.decision_function(test.X)
+    )
+    # status and report
+    st = run_cli("status", run, check=True).stdout
+    assert "state    complete" in st
+    rep = run_cli("report", run, check=True).stdout
+    assert (run / "report" / "index.html").exists() and (
+        run / "report" / "roc.png"
+    ).exists()
+    assert "report:" in rep
+    html = (run / "report" / "index.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2
+
+
+def sweep_job(
+    data, out, grid="alpha = [1e-5, 1e-4, 1e-3, 1e-2]", cv=3, engine="local", epochs=3
+):
+    return f"""
+[job]
+kind = "sweep"
+name = "s"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ rho = 0.05, epochs = {epochs} }}
+[sweep]
+grid = {{ {grid} }}
+cv = {cv}
+[engine]
+name = "{engine}"
+[output]
+dir = "{out}"
+"""
+
+
+def test_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, synth):
+    body = sweep_job(
+        synth, tmp_path / "runs", grid="gamma0 = [0.1, 5000.0], alpha = [1e-3]", cv=2
+    )
+    p = run_cli("run", job_file(tmp_path, body), check=True)
+    run = only_run(tmp_path / "runs")
+    res = [json.loads(f.read_text()) for f in sorted((run / "results").glob("*.json"))]
+    failed = [r for r in res if r["status"] == "failed"]
+    assert len(res) == 4 and len(failed) == 2
+    assert all("gamma0 * alpha must be < 1" in r["error"] for r in failed)
+    assert all("Traceback" in r["traceback"] for r in failed)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["sweep"]["best"]["params"] == {"alpha": 1e-3, "gamma0": 0.1}
+    assert metrics["sweep"]["failed_tasks"] == 2
+    assert "2 failed task(s)" in p.stdout
+    table = pq.read_table(run / "results.parquet")
+    assert table.num_rows == 4
+
+
+def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):
+    body = sweep_job(
+        synth,
+        tmp_path / "runs",
+        grid="alpha = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 3e-2]",
+        cv=3,
+        epochs=6,
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bigrate.cli",
+            "run",
+            str(job_file(tmp_path, body)),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    t0 = time.time()
+    run = None
+    while time.time() - t0 < 120:
+        dirs = (
+            [p for p in (tmp_path / "runs").glob("s-*")]
+            if (tmp_path / "runs").exists()
+            else []
+        )
+        if dirs and len(list((dirs[0] / "results").glob("*.json"))) >= 3:
+            run = dirs[0]
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.02)
+    assert run is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {f.name: f.read_bytes() for f in (run / "results").glob("*.json")}
+    assert 3 <= len(before) < 18
+    assert (run / ".lock").exists()  # left by the killed driver: stale, taken over
+    st = run_cli("status", run, check=True).stdout
+    assert "interrupted or failed" in st and f"{len(before)}/18 tasks done" in st
+    p = run_cli("resume", run, check=True)
+    after = {f.name: f.read_bytes() for f in (run / "results").glob("*.json")}
+    assert len(after) == 18
+    for name, data in before.items():  # finished tasks were not redone
+        assert after[name] == data
+    table = pq.read_table(run / "results.parquet").to_pydict()
+    pairs = list(zip(table["point"], table["fold"]))
+    assert len(pairs) == 18 == len(set(pairs))
+    events = [json.loads(line) for line in (run / "events.jsonl").open()]
+    kinds = [e["event"] for e in events]
+    assert (
+        "resumed" in kinds
+        and "stale_lock_removed" in kinds
+        and kinds[-1] == "run_finished"
+    )
+    done = [(e["point"], e["fold"]) for e in events if e["event"] == "task_done"]
+    assert len(done) == len(set(done)) == 18  # every grid point exactly once
+    assert "sweep: best point" in p.stdout
+    again = run_cli("resume", run, check=True)
+    assert "already complete" in again.stderr
+
+
+def test_two_runs_never_share_a_run_directory(tmp_path, synth):
+    from bigrate.runner.rundir import RunDir, RunLockedError
+
+    run = RunDir.create(tmp_path / "runs", "x", None, {"job": {}})
+    with pytest.raises(RunLockedError, match=f"in use by pid {os.getpid()}"):
+        RunDir.open(run.path).lock()
+    p = run_cli("resume", run.path)
+    assert p.returncode == 2 and "in use by pid" in p.stderr
+    run.unlock()
+    other = RunDir.create(tmp_path / "runs", "x", None, {"job": {}})
+    assert other.path != run.path
+    other.unlock()
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, synth):
+    body = sweep_job(
+        synth,
+        tmp_path / "runs",
+        grid="alpha = [1e-6, 1e-5, 1e-4, 1e-3]",
+        cv=3,
+        epochs=6,
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bigrate.cli",
+            "run",
+            str(job_file(tmp_path, body)),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        dirs = (
+            list((tmp_path / "runs").glob("s-*"))
+            if (tmp_path / "runs").exists()
+            else []
+        )
+        if dirs and list((dirs[0] / "results").glob("*.json")):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "bigrate resume" in err.decode()
+    assert not (dirs[0] / ".lock").exists()  # released
+    run_cli("resume", dirs[0], check=True)
