@@ -8,16 +8,21 @@ shards, on one machine or on a Dask or Ray cluster.
 from bigrate.data import ShardedDataset
 from bigrate.errors import BigrateWarning, ChecksumError, DataError, DatasetExistsError
 from bigrate.io import load_model
+from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
+from bigrate.model_selection import NPSearchCV
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BigrateWarning",
+    "CostSensitiveSVC",
     "ChecksumError",
     "DataError",
     "DatasetExistsError",
     "NeymanPearsonSGD",
+    "NeymanPearsonSVC",
+    "NPSearchCV",
     "QValueSGD",
     "ShardedDataset",
     "load_model",

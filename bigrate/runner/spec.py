@@ -45,6 +45,7 @@ SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
 ESTIMATORS = {
     "NeymanPearsonSGD": ("bigrate.linear", "NeymanPearsonSGD", "rho", "J_val"),
     "QValueSGD": ("bigrate.linear", "QValueSGD", "q", "accepted"),
+    "NeymanPearsonSVC": ("bigrate.kernel", "NeymanPearsonSVC", "rho", "J_val"),
 }
 
 _SCHEMA = {

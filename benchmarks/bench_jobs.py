@@ -1,0 +1,170 @@
+"""Job-layer benchmarks (issue: jobs).
+
+    python benchmarks/bench_jobs.py [--rows 804414]
+
+overhead: an NP training job through `bigrate run` vs calling the estimator directly on
+          the same shards, local engine and Dask engine (2 workers); cluster start-up is
+          read from the run's event log and reported separately.
+sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
+          (sequential), Dask (2 workers) and Ray (2 CPUs); start-up reported separately.
+
+Writes benchmarks/out/jobs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def _job(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def _run(job: Path) -> tuple[float, Path]:
+    t = time.perf_counter()
+    p = subprocess.run(
+        [sys.executable, "-m", "bigrate.cli", "run", str(job), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t
+    if p.returncode:
+        raise RuntimeError(p.stderr[-3000:])
+    run = Path(p.stdout.strip().splitlines()[-1].split("run directory: ")[1])
+    return wall, run
+
+
+def _events(run: Path) -> dict:
+    ev = {}
+    for line in (run / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        ev.setdefault(e["event"], e)
+    return ev
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=804_414)
+    ap.add_argument("--out", default=str(HERE / "out"))
+    a = ap.parse_args()
+    out = Path(a.out)
+    work = out / "jobs"
+    work.mkdir(parents=True, exist_ok=True)
+    from bench_sgd import _synth
+
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+    from bigrate.data.prep import run_recipe
+    from bigrate.engines.dask import DaskEngine, fit_dask
+
+    data = _synth(out, a.rows)
+    res: dict = {"rows": a.rows}
+    train = """
+[job]
+kind = "train"
+name = "bench"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ rho = 0.05, epochs = 3, random_state = 0 }}
+[engine]
+name = "{engine}"
+workers = 2
+[output]
+dir = "{out}"
+"""
+    ds = ShardedDataset(data)
+    for engine in ("local", "dask"):
+        job = _job(
+            work / f"train_{engine}.toml",
+            train.format(data=data, engine=engine, out=work / "runs"),
+        )
+        wall, run = _run(job)
+        ev = _events(run)
+        startup = ev["engine_started"]["seconds"] if "engine_started" in ev else 0.0
+        t = time.perf_counter()
+        if engine == "local":
+            NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0).fit(ds)
+            direct = time.perf_counter() - t
+        else:
+            with DaskEngine(n_workers=2, dashboard=False) as eng:
+                t = time.perf_counter()
+                fit_dask(
+                    NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0),
+                    ds,
+                    eng,
+                    progress=False,
+                )
+                direct = time.perf_counter() - t
+        fit_in_job = json.loads((run / "metrics.json").read_text())["fit_seconds"]
+        res[f"train_{engine}"] = {
+            "bigrate_run_wall_s": wall,
+            "engine_startup_s": startup,
+            "fit_in_job_s": fit_in_job,
+            "direct_fit_s": direct,
+            "job_minus_startup_over_direct": (wall - startup) / direct,
+            "note": "the job also evaluates every split and saves the model; wall time "
+            "includes interpreter start-up and imports",
+        }
+        print(engine, res[f"train_{engine}"], flush=True)
+
+    a9a = work / "a9a"
+    if not (a9a / "manifest.json").exists():
+        run_recipe("a9a", a9a, progress=False)
+    sweep = """
+[job]
+kind = "sweep"
+name = "bench-sweep"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ rho = 0.05, epochs = 5 }}
+[sweep]
+grid = {{ alpha = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1], loss = ["sigmoid", "ramp"] }}
+cv = 3
+[engine]
+name = "{engine}"
+workers = 2
+[output]
+dir = "{out}"
+"""
+    for engine in ("local", "dask", "ray"):
+        job = _job(
+            work / f"sweep_{engine}.toml",
+            sweep.format(data=a9a, engine=engine, out=work / "runs"),
+        )
+        wall, run = _run(job)
+        ev = _events(run)
+        t0 = ev["sweep_started"]["time"]
+        t1 = ev["sweep_selected"]["time"]
+        from datetime import datetime
+
+        span = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
+        res[f"sweep_{engine}"] = {
+            "tasks": 36,
+            "sweep_s": span,
+            "tasks_per_s": 36 / span,
+            "engine_startup_s": ev["engine_started"]["seconds"],
+            "bigrate_run_wall_s": wall,
+        }
+        print(engine, res[f"sweep_{engine}"], flush=True)
+    for engine in ("dask", "ray"):
+        res[f"sweep_{engine}"]["throughput_vs_local"] = (
+            res[f"sweep_{engine}"]["tasks_per_s"] / res["sweep_local"]["tasks_per_s"]
+        )
+    (out / "jobs.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""Kernel SVMs on our SMO solver: the cost-sensitive 2C-SVM and the Neyman-Pearson SVM
+(Gasso et al. 2011, Algorithms 1-3).
+
+NP-SVM, one DC (CCCP) step at the current f_t (``../shared/docs/algorithms.md`` sec. 1):
+with C_i = C / n+ for positives and lambda / n- for negatives, the ramp loss split
+l = l1 - l2 and beta_i = 1 if y_i f_t(x_i) < -eta else 0, the convex problem
+
+    min_f 1/2 ||f||^2 + sum_i C_i l1(y_i f(x_i)) + 1/(2 eta) sum_i C_i beta_i y_i f(x_i)
+
+has the dual
+
+    min_a 1/2 a^T Kt a - eta sum_i a_i   s.t.  sum_i y_i a_i = 0,
+          -beta_i C_i <= 2 eta a_i <= (1 - beta_i) C_i,
+
+f(x) = sum_i a_i y_i k(x_i, x) + b, and y_i f(x_i) = eta on the free a_i. Derivation: the
+primal with slacks xi_i >= 0, xi_i >= (eta - y_i f_i) / (2 eta) has Lagrangian terms
+mu_i (eta - y_i f_i)/(2 eta); substituting a_i = mu_i / (2 eta) - beta_i C_i / (2 eta)
+(the linear term shifts the multiplier) gives w = sum a_i y_i phi(x_i), the box
+0 <= mu_i <= C_i, i.e. -beta_i C_i <= 2 eta a_i <= (1 - beta_i) C_i, and the linear term
+eta sum a_i after the constant is dropped. With beta = 0 it is the 2C-SVM with costs
+C_i / (2 eta) scaled, which CostSensitiveSVC checks against scikit-learn's libsvm.
+
+The multiplier is driven by the training false-alarm rate Pfa (negatives with f >= 0):
+lambda <- lambda (1 + nu (Pfa - rho)), which keeps lambda > 0 (Alg. 1 and 3).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from bigrate.data.reader import ShardedDataset
+from bigrate.errors import BigrateWarning
+from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
+
+
+def _binary(est, y):
+    kind = type_of_target(y, input_name="y", raise_unknown=True)
+    if kind not in ("binary", "multiclass"):
+        raise ValueError(
+            f"Unknown label type: y must be two class labels, got {kind!r}"
+        )
+    classes = np.unique(y)
+    if len(classes) != 2:
+        raise ValueError(
+            f"Only binary classification is supported: y must have exactly two "
+            f"classes; got {len(classes)}: {classes[:10].tolist()}"
+        )
+    est.classes_ = classes
+    return np.where(y == classes[1], 1.0, -1.0)
+
+
+class _KernelSVCBase(ClassifierMixin, BaseEstimator):
+    _parameter_constraints: dict = {
+        "kernel": [StrOptions(set(KERNELS))],
+        "gamma": [
+            StrOptions({"scale", "auto"}),
+            Interval(Real, 0, None, closed="neither"),
+        ],
+        "coef0": [Real],
+        "degree": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "cache_mb": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def _data(self, X, y):
+        if isinstance(X, (ShardedDataset, str)) and y is None:
+            ds = X if isinstance(X, ShardedDataset) else ShardedDataset(X)
+            whole = ds.to_csr("train")
+            X, y = whole.X, whole.y
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the "
+                "target y is None"
+            )
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+        return X, _binary(self, y)
+
+    def _problem(self, X):
+        self.gamma_ = resolve_gamma(self.gamma, X)
+        return KernelProblem(
+            X,
+            kernel=self.kernel,
+            gamma=self.gamma_,
+            coef0=self.coef0,
+            degree=self.degree,
+            cache_mb=self.cache_mb,
+        )
+
+    def _keep(self, X, y, alpha, b):
+        sv = np.flatnonzero(np.abs(alpha) > 0)
+        self.support_ = sv
+        self.support_vectors_ = X[sv]
+        self.dual_coef_ = (alpha[sv] * y[sv]).reshape(1, -1)
+        self.intercept_ = np.array([b])
+        self.n_support_ = np.array([int((y[sv] < 0).sum()), int((y[sv] > 0).sum())])
+
+    def decision_function(self, X) -> np.ndarray:
+        check_is_fitted(self, "dual_coef_")
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=np.float64)
+        if len(self.support_) == 0:
+            return np.full(X.shape[0], self.intercept_[0])
+        Kx = cross_kernel(
+            self.support_vectors_, X, self.kernel, self.gamma_, self.coef0, self.degree
+        )
+        return self.dual_coef_.ravel() @ Kx + self.intercept_[0]
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        tags.input_tags.sparse = True
+        return tags
+
+
+class CostSensitiveSVC(_KernelSVCBase):
+    """The 2C-SVM (asymmetric-cost SVM) on our SMO solver:
+
+        min_{w,b,xi} 1/2 ||w||^2 + C_pos sum_{y=+1} xi_i + C_neg sum_{y=-1} xi_i
+        s.t. y_i (<w, phi(x_i)> + b) >= 1 - xi_i,  xi >= 0
+
+    i.e. scikit-learn's ``SVC(C=1, class_weight={+1: C_pos, -1: C_neg})``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import CostSensitiveSVC
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(1, 1, (60, 2)), rng.normal(-1, 1, (60, 2))]
+    >>> y = np.r_[np.ones(60), -np.ones(60)]
+    >>> clf = CostSensitiveSVC(C_pos=1.0, C_neg=4.0).fit(X, y)
+    >>> float(np.mean(clf.predict(X) == y)) > 0.85
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_KernelSVCBase._parameter_constraints,
+        "C_pos": [Interval(Real, 0, None, closed="neither")],
+        "C_neg": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(
+        self,
+        *,
+        C_pos=1.0,
+        C_neg=1.0,
+        kernel="rbf",
+        gamma="scale",
+        coef0=0.0,
+        degree=3,
+        tol=1e-3,
+        max_iter=1_000_000,
+        cache_mb=200.0,
+    ):
+        self.C_pos = C_pos
+        self.C_neg = C_neg
+        self.kernel = kernel
+        self.gamma = gamma
+        self.coef0 = coef0
+        self.degree = degree
+        self.tol = tol
+        self.max_iter = max_iter
+        self.cache_mb = cache_mb
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        X, yy = self._data(X, y)
+        prob = self._problem(X)
+        C = np.where(yy > 0, self.C_pos, self.C_neg)
+        res = prob.solve(
+            yy,
+            np.ones_like(yy),
+            np.zeros_like(yy),
+            C,
+            0.0,
+            eps=self.tol,
+            max_iter=self.max_iter,
+        )
+        self.objective_ = res.objective
+        self.n_iter_ = res.n_iter
+        self.cache_hit_rate_ = res.cache_hit_rate
+        self._keep(X, yy, res.alpha, res.b)
+        return self
+
+
+class NeymanPearsonSVC(_KernelSVCBase):
+    """Kernel Neyman-Pearson SVM with the ramp loss (Gasso et al. 2011): minimise
+    C * Pnd_hat + 1/2 ||f||^2 subject to Pfa_hat <= rho, solved by DC programming.
+
+    Parameters
+    ----------
+    rho : float in (0, 1), default 0.1
+    C : float > 0 or "auto", default "auto"
+        Weight of the miss rate (C+ = C / n+; the negatives' cost is lambda / n-). "auto"
+        is n, the number of training rows, so that per-example costs are about those of
+        an SVC with C = 1.
+    eta : float > 0, default 1.0
+        Half-width of the ramp (margin of the free support vectors).
+    nu : float > 0, default 1.0
+        Multiplier gain: lambda <- lambda (1 + nu (Pfa - rho)).
+    method : {"annealed", "uzawa"}
+        "annealed" (Alg. 3): one warm-started dual solve per iteration, then beta and
+        lambda are updated; "uzawa" (Alg. 1): Alg. 2 run to a stable beta for each lambda.
+    epsilon : float, default 0.01
+        Stop when |Pfa - rho| <= epsilon and beta is stable.
+    max_iter : int, default 200
+        Outer iterations (DC steps); ``smo_max_iter`` bounds each dual solve.
+
+    Attributes
+    ----------
+    multiplier_ : float
+    history_ : list of dict
+        Per iteration: lambda, training Pfa / Pnd, ramp loss, SMO iterations and KKT gap,
+        cache hit rate, beta changes, and ``dc_objectives``: the primal objective
+        1/2 ||f||^2 + sum C_i ramp(y_i f_i) after each DC step at that lambda (one step
+        for "annealed"; until beta is stable for "uzawa"), non-increasing (CCCP).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import NeymanPearsonSVC
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(1, 1, (100, 2)), rng.normal(-1, 1, (100, 2))]
+    >>> y = np.r_[np.ones(100), -np.ones(100)]
+    >>> clf = NeymanPearsonSVC(rho=0.1, random_state=0).fit(X, y)
+    >>> float(np.mean(clf.decision_function(X[y < 0]) >= 0)) <= 0.12
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **_KernelSVCBase._parameter_constraints,
+        "rho": [Interval(Real, 0, 1, closed="neither")],
+        "C": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "eta": [Interval(Real, 0, None, closed="neither")],
+        "nu": [Interval(Real, 0, None, closed="neither")],
+        "method": [StrOptions({"annealed", "uzawa"})],
+        "epsilon": [Interval(Real, 0, 1, closed="left")],
+        "smo_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        *,
+        rho=0.1,
+        C="auto",
+        kernel="rbf",
+        gamma="scale",
+        coef0=0.0,
+        degree=3,
+        eta=1.0,
+        nu=1.0,
+        method="annealed",
+        epsilon=0.01,
+        tol=1e-3,
+        max_iter=200,
+        smo_max_iter=1_000_000,
+        cache_mb=200.0,
+        random_state=None,
+    ):
+        self.rho = rho
+        self.C = C
+        self.kernel = kernel
+        self.gamma = gamma
+        self.coef0 = coef0
+        self.degree = degree
+        self.eta = eta
+        self.nu = nu
+        self.method = method
+        self.epsilon = epsilon
+        self.tol = tol
+        self.max_iter = max_iter
+        self.smo_max_iter = smo_max_iter
+        self.cache_mb = cache_mb
+        self.random_state = random_state
+
+    def _costs(self, y, lam, n_pos, n_neg):
+        return np.where(y > 0, self.C_ / n_pos, lam / n_neg)
+
+    def _boxes(self, C, beta):
+        two_eta = 2.0 * self.eta
+        return -beta * C / two_eta, (1.0 - beta) * C / two_eta
+
+    def _dc_objective(self, f, y, C):
+        """The ramp-loss objective 1/2 ||f||^2 + sum C_i ramp(y_i f_i) at the iterate."""
+        z = y * f
+        ramp = np.clip((self.eta - z) / (2 * self.eta), 0.0, 1.0)
+        return float(C @ ramp)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        t0 = time.perf_counter()
+        X, yy = self._data(X, y)
+        n_pos, n_neg = int((yy > 0).sum()), int((yy < 0).sum())
+        prob = self._problem(X)
+        self.C_ = float(len(yy)) if self.C == "auto" else float(self.C)
+        lam = self.C_ * n_neg / n_pos  # C+ = C- at the start (Alg. 3)
+        beta = np.zeros_like(yy)
+        alpha = None
+        p = np.full_like(yy, self.eta)
+        self.history_ = []
+        converged = False
+        f = np.zeros_like(yy)
+        b = 0.0
+        for it in range(self.max_iter):
+            C = self._costs(yy, lam, n_pos, n_neg)
+            inner = 0
+            dc_obj = []
+            while True:  # Alg. 2 (uzawa: to a stable beta; annealed: a single solve)
+                lo, hi = self._boxes(C, beta)
+                res = prob.solve(
+                    yy,
+                    p,
+                    lo,
+                    hi,
+                    0.0,
+                    alpha0=alpha,
+                    eps=self.tol,
+                    max_iter=self.smo_max_iter,
+                )
+                alpha, b = res.alpha, res.b
+                f, fnorm2 = self._train_scores(prob, alpha, yy, b)
+                dc_obj.append(0.5 * fnorm2 + self._dc_objective(f, yy, C))
+                new_beta = (yy * f < -self.eta).astype(float)
+                changed = int((new_beta != beta).sum())
+                beta = new_beta
+                inner += 1
+                if self.method == "annealed" or changed == 0 or inner >= 50:
+                    break
+            pfa = float(np.mean(f[yy < 0] >= 0))
+            pnd = float(np.mean(f[yy > 0] <= 0))
+            self.history_.append(
+                {
+                    "iteration": it + 1,
+                    "lambda": lam,
+                    "pfa": pfa,
+                    "pnd": pnd,
+                    "ramp_loss": self._dc_objective(f, yy, C),
+                    "smo_iterations": res.n_iter,
+                    "smo_gap": res.gap,
+                    "cache_hit_rate": res.cache_hit_rate,
+                    "beta_changes": changed,
+                    "dual_objective": res.objective,
+                    "dc_objectives": dc_obj,
+                }
+            )
+            done = abs(pfa - self.rho) <= self.epsilon and changed == 0
+            if done and it > 0:
+                converged = True
+                break
+            lam = lam * (1.0 + self.nu * (pfa - self.rho))
+            lam = max(lam, 1e-12)
+        if not converged:
+            warnings.warn(
+                f"NeymanPearsonSVC did not converge in max_iter={self.max_iter} iterations: "
+                f"training Pfa {pfa:.4f} vs rho={self.rho}; raise max_iter or nu",
+                BigrateWarning,
+                stacklevel=2,
+            )
+        self.multiplier_ = lam
+        self.n_iter_ = len(self.history_)
+        self.converged_ = converged
+        self.fit_seconds_ = time.perf_counter() - t0
+        self._keep(X, yy, alpha, b)
+        return self
+
+    def _train_scores(self, prob, alpha, y, b):
+        """(f on the training points, ||f||^2 = a^T Q a), from the cached kernel rows."""
+        stats = np.zeros(2, np.int64)
+        G = prob.gradient(y, np.zeros_like(y), alpha, stats)  # G = Q a
+        return y * G + b, float(alpha @ G)
