@@ -55,7 +55,7 @@ SCRIPT = """
 import numpy as np, sys
 from bigrate import NeymanPearsonSVC, NPSearchCV
 from tests.kernel.test_smo_svc import two_gaussians
-X, y = two_gaussians(1, n=250)
+X, y = two_gaussians(1, n=400)
 grid = {{"C": [20.0, 200.0, 2000.0, 20000.0], "gamma": [0.1, 0.5, 2.0]}}
 NPSearchCV(NeymanPearsonSVC(max_iter=400), grid, rho=0.05, cv=3, engine="{engine}",
            n_workers=2, run_dir=sys.argv[1], progress=False).fit(X, y)

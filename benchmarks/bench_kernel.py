@@ -1,0 +1,290 @@
+"""Kernel NP-SVM benchmarks (issue: kernel NP-SVM on our SMO solver).
+
+    python benchmarks/bench_kernel.py svc        # CostSensitiveSVC vs sklearn SVC (libsvm)
+    python benchmarks/bench_kernel.py anneal     # annealed vs Uzawa at equal Pfa/Pnd
+    python benchmarks/bench_kernel.py quality    # NP quality vs AC-SVM grid and umbrella
+    python benchmarks/bench_kernel.py scaling    # NPSearchCV fits per minute, Ray 1 vs 2 CPUs
+    python benchmarks/bench_kernel.py all
+
+Writes benchmarks/out/kernel_<section>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def _save(out: Path, name: str, res: dict) -> None:
+    print(json.dumps(res, indent=2, default=float))
+    (out / f"kernel_{name}.json").write_text(
+        json.dumps(res, indent=2, default=float) + "\n"
+    )
+
+
+def _shared(name: str, out: Path):
+    from sklearn.preprocessing import StandardScaler
+
+    from bigrate import ShardedDataset
+    from bigrate.data.prep import run_recipe
+
+    path = out / "shared" / name
+    if not (path / "manifest.json").exists():
+        run_recipe(name, path, progress=False, overwrite=True)
+    ds = ShardedDataset(path)
+    parts = {s: ds.to_csr(s) for s in ("train", "val", "test")}
+    sc = StandardScaler().fit(parts["train"].X.toarray())
+    return {
+        s: (sc.transform(p.X.toarray()), p.y.astype(float)) for s, p in parts.items()
+    }
+
+
+def bench_svc(out: Path) -> dict:
+    from sklearn.datasets import make_classification
+    from sklearn.svm import SVC
+
+    from bigrate import CostSensitiveSVC
+    from bigrate.kernel.smo import cross_kernel
+
+    spam = _shared("spambase", out)
+    Xs = np.vstack([spam[s][0] for s in ("train", "val", "test")])
+    ys = np.concatenate([spam[s][1] for s in ("train", "val", "test")])
+    perm = np.random.default_rng(0).permutation(len(ys))  # the file is sorted by class
+    Xs, ys = Xs[perm], ys[perm]
+    problems = [("spambase", 2000, Xs[:2000], ys[:2000]), ("spambase", 4601, Xs, ys)]
+    for n in (5000, 10000, 20000):
+        X, y = make_classification(n, 20, n_informative=10, flip_y=0.05, random_state=0)
+        problems.append(("synthetic", n, X, np.where(y == 1, 1.0, -1.0)))
+    CostSensitiveSVC().fit(Xs[:100], ys[:100])  # compile once
+    res = {}
+    for name, n, X, y in problems:
+        t = time.perf_counter()
+        ours = CostSensitiveSVC(C_pos=1.0, C_neg=3.0, cache_mb=200).fit(X, y)
+        t_ours = time.perf_counter() - t
+        t = time.perf_counter()
+        sk = SVC(
+            C=1.0, class_weight={1: 1.0, -1: 3.0}, gamma="scale", cache_size=200
+        ).fit(X, y)
+        t_sk = time.perf_counter() - t
+        a = np.zeros(len(y))
+        a[sk.support_] = np.abs(sk.dual_coef_.ravel())
+        if n <= 10000:
+            Q = np.outer(y, y) * cross_kernel(X, X, "rbf", ours.gamma_, 0, 3)
+            sk_obj = float(0.5 * a @ Q @ a - a.sum())
+        else:  # 20k: Q would take 3.2 GB; objective from the dual coefficients in blocks
+            sv = sk.support_
+            Ksv = cross_kernel(X[sv], X[sv], "rbf", ours.gamma_, 0, 3)
+            c = sk.dual_coef_.ravel()
+            sk_obj = float(0.5 * c @ Ksv @ c - np.abs(c).sum())
+        res[f"{name}_{n}"] = {
+            "n": n,
+            "ours_s": t_ours,
+            "sklearn_s": t_sk,
+            "time_ratio": t_ours / t_sk,
+            "ours_objective": ours.objective_,
+            "sklearn_objective": sk_obj,
+            "objective_rel_diff": abs(ours.objective_ - sk_obj) / abs(sk_obj),
+            "prediction_agreement": float(np.mean(ours.predict(X) == sk.predict(X))),
+            "ours_smo_iterations": ours.n_iter_,
+            "ours_cache_hit_rate": ours.cache_hit_rate_,
+        }
+        print(name, n, res[f"{name}_{n}"], flush=True)
+    _save(out, "svc", res)
+    return res
+
+
+def two_gaussians(n, seed=0):
+    rng = np.random.default_rng(seed)
+    h = n // 2
+    X = np.r_[rng.normal([1, 1], 1, (h, 2)), rng.normal([-1, -1], 1, (h, 2))]
+    return X, np.r_[np.ones(h), -np.ones(h)]
+
+
+def bench_anneal(out: Path) -> dict:
+    from bigrate import NeymanPearsonSVC
+    from bigrate.metrics import pfa_pnd
+
+    spam = _shared("spambase", out)
+    sets = {"two_gaussians_2500": two_gaussians(2500), "spambase_train": spam["train"]}
+    NeymanPearsonSVC().fit(*two_gaussians(100))
+    res = {}
+    for name, (X, y) in sets.items():
+        for rho in (0.01, 0.05, 0.1, 0.2):
+            row = {}
+            for method in ("annealed", "uzawa"):
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    m = NeymanPearsonSVC(rho=rho, method=method, max_iter=300).fit(X, y)
+                s = time.perf_counter() - t
+                pfa, pnd = pfa_pnd(y, m.decision_function(X))
+                row[method] = {
+                    "seconds": s,
+                    "pfa": pfa,
+                    "pnd": pnd,
+                    "iterations": m.n_iter_,
+                    "smo_iterations": sum(h["smo_iterations"] for h in m.history_),
+                    "converged": m.converged_,
+                }
+            row["speedup_uzawa_over_annealed"] = (
+                row["uzawa"]["seconds"] / row["annealed"]["seconds"]
+            )
+            res[f"{name}_rho{rho}"] = row
+            print(name, rho, json.dumps(row, default=float), flush=True)
+    _save(out, "anneal", res)
+    return res
+
+
+def bench_quality(out: Path) -> dict:
+    from sklearn.svm import SVC
+
+    from bigrate import NeymanPearsonSVC, NPSearchCV
+    from bigrate.metrics import j_val, np_umbrella_threshold, pfa_pnd
+
+    res = {}
+    for name in (
+        "sonar",
+        "ionosphere",
+        "breast_cancer_wisconsin_diagnostic",
+        "spambase",
+    ):
+        d = _shared(name, out)
+        (Xtr, ytr), (Xva, yva), (Xte, yte) = d["train"], d["val"], d["test"]
+        n = len(ytr)
+        scale = 1.0 / (Xtr.shape[1] * Xtr.var())
+        gammas = scale * np.logspace(-1, 1, 10 if name != "spambase" else 5)
+        cs = np.logspace(-2, 3, 10 if name != "spambase" else 5)
+        Xall = np.vstack([Xtr, Xva])
+        yall = np.r_[ytr, yva]
+        split = [(np.arange(n), np.arange(n, len(yall)))]
+        # AC-SVM: SVC over (C+, C-, gamma), selected by J_val on validation
+        t = time.perf_counter()
+        fitted = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for g in gammas:
+                for cp in cs:
+                    for cn in cs:
+                        m = SVC(C=1.0, class_weight={1: cp, -1: cn}, gamma=g).fit(
+                            Xtr, ytr
+                        )
+                        fitted.append((m, m.decision_function(Xva)))
+        acsvm_s = time.perf_counter() - t
+        # an RBF SVC's scores with the umbrella threshold from validation negatives
+        t = time.perf_counter()
+        base = SVC(gamma="scale").fit(Xtr, ytr)
+        svc_s = time.perf_counter() - t
+        for rho in (0.05, 0.1, 0.2):
+            row = {}
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                s = NPSearchCV(
+                    NeymanPearsonSVC(max_iter=300),
+                    {
+                        "C": [0.3 * n, n, 3 * n, 10 * n],
+                        "gamma": list(scale * np.array([0.25, 1.0, 4.0])),
+                    },
+                    rho=rho,
+                    cv=split,
+                    engine="local",
+                    progress=False,
+                    refit=False,
+                ).fit(Xall, yall)
+                best = NeymanPearsonSVC(max_iter=300, rho=rho, **s.best_params_).fit(
+                    Xtr, ytr
+                )
+            row["np_svm"] = dict(
+                zip(("pfa", "pnd"), pfa_pnd(yte, best.decision_function(Xte))),
+                selection_s=time.perf_counter() - t,
+            )
+            bm = min(fitted, key=lambda mf: j_val(*pfa_pnd(yva, mf[1]), rho))[0]
+            row["acsvm_grid"] = dict(
+                zip(("pfa", "pnd"), pfa_pnd(yte, bm.decision_function(Xte))),
+                selection_s=acsvm_s,
+                fits=len(fitted),
+            )
+            try:
+                thr = np_umbrella_threshold(
+                    base.decision_function(Xva)[yva < 0], rho, 0.05
+                )
+                f = base.decision_function(Xte) - np.nextafter(thr, np.inf)
+                row["svc_umbrella"] = dict(
+                    zip(("pfa", "pnd"), pfa_pnd(yte, f)), selection_s=svc_s
+                )
+            except ValueError as e:
+                row["svc_umbrella"] = {"error": str(e)}
+            row["goal"] = {
+                "pfa_within_rho_plus_2pt": row["np_svm"]["pfa"] <= rho + 0.02,
+                "pnd_within_1pt_of_acsvm": row["np_svm"]["pnd"]
+                <= row["acsvm_grid"]["pnd"] + 0.01,
+                "under_quarter_of_acsvm_time": row["np_svm"]["selection_s"]
+                < acsvm_s / 4,
+            }
+            res[f"{name}_rho{rho}"] = row
+            print(name, rho, json.dumps(row, default=float), flush=True)
+    _save(out, "quality", res)
+    return res
+
+
+def bench_scaling(out: Path) -> dict:
+    from bigrate import NeymanPearsonSVC, NPSearchCV
+
+    X, y = two_gaussians(1500, seed=3)
+    grid = {"C": [300.0, 1500.0, 6000.0], "gamma": [0.1, 0.5, 2.0]}
+    res = {}
+    for cpus in (1, 2):
+        t = time.perf_counter()
+        NPSearchCV(
+            NeymanPearsonSVC(),
+            grid,
+            rho=0.1,
+            cv=3,
+            engine="ray",
+            n_workers=cpus,
+            progress=False,
+            refit=False,
+        ).fit(X, y)
+        s = time.perf_counter() - t
+        res[f"ray_{cpus}_cpu"] = {
+            "fits": 27,
+            "seconds": s,
+            "fits_per_minute": 27 * 60 / s,
+        }
+        print(cpus, res[f"ray_{cpus}_cpu"], flush=True)
+    res["speedup_2_vs_1"] = (
+        res["ray_2_cpu"]["fits_per_minute"] / res["ray_1_cpu"]["fits_per_minute"]
+    )
+    res["note"] = "seconds include starting the local Ray runtime (about 3 s)"
+    _save(out, "scaling", res)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["svc", "anneal", "quality", "scaling", "all"])
+    ap.add_argument("--out", default=str(HERE / "out"))
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = ["svc", "anneal", "quality", "scaling"] if a.what == "all" else [a.what]
+    for w in todo:
+        {
+            "svc": bench_svc,
+            "anneal": bench_anneal,
+            "quality": bench_quality,
+            "scaling": bench_scaling,
+        }[w](out)
+
+
+if __name__ == "__main__":
+    main()
