@@ -28,6 +28,16 @@ MAX_ITER = 1
 TAU = 1e-12
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _kval(kind, s, sqi, sqj, gamma, coef0, degree):
+    """k(x, z) from the inner product s = <x, z> and the squared norms."""
+    if kind == LINEAR:
+        return s
+    if kind == RBF:
+        return np.exp(-gamma * max(sqi + sqj - 2.0 * s, 0.0))
+    return (gamma * s + coef0) ** degree
+
+
 @njit(cache=True, nogil=True)
 def _dense_row(X, sq, i, kind, gamma, coef0, degree, out):
     n, d = X.shape
@@ -35,12 +45,7 @@ def _dense_row(X, sq, i, kind, gamma, coef0, degree, out):
         s = 0.0
         for k in range(d):
             s += X[i, k] * X[j, k]
-        if kind == LINEAR:
-            out[j] = s
-        elif kind == RBF:
-            out[j] = np.exp(-gamma * max(sq[i] + sq[j] - 2.0 * s, 0.0))
-        else:
-            out[j] = (gamma * s + coef0) ** degree
+        out[j] = _kval(kind, s, sq[i], sq[j], gamma, coef0, degree)
 
 
 @njit(cache=True, nogil=True)
@@ -52,12 +57,7 @@ def _csr_row(indptr, indices, data, sq, i, kind, gamma, coef0, degree, work, out
         s = 0.0
         for k in range(indptr[j], indptr[j + 1]):
             s += data[k] * work[indices[k]]
-        if kind == LINEAR:
-            out[j] = s
-        elif kind == RBF:
-            out[j] = np.exp(-gamma * max(sq[i] + sq[j] - 2.0 * s, 0.0))
-        else:
-            out[j] = (gamma * s + coef0) ** degree
+        out[j] = _kval(kind, s, sq[i], sq[j], gamma, coef0, degree)
     for k in range(indptr[i], indptr[i + 1]):
         work[indices[k]] = 0.0
 
@@ -320,12 +320,7 @@ def diag_kernel(sq, kind, gamma, coef0, degree):
     n = sq.shape[0]
     out = np.empty(n)
     for i in range(n):
-        if kind == LINEAR:
-            out[i] = sq[i]
-        elif kind == RBF:
-            out[i] = 1.0
-        else:
-            out[i] = (gamma * sq[i] + coef0) ** degree
+        out[i] = _kval(kind, sq[i], sq[i], sq[i], gamma, coef0, degree)
     return out
 
 
@@ -340,10 +335,5 @@ def cross_kernel_dense(A, sqa, B, sqb, kind, gamma, coef0, degree):
             s = 0.0
             for k in range(d):
                 s += A[i, k] * B[j, k]
-            if kind == LINEAR:
-                out[i, j] = s
-            elif kind == RBF:
-                out[i, j] = np.exp(-gamma * max(sqa[i] + sqb[j] - 2.0 * s, 0.0))
-            else:
-                out[i, j] = (gamma * s + coef0) ** degree
+            out[i, j] = _kval(kind, s, sqa[i], sqb[j], gamma, coef0, degree)
     return out

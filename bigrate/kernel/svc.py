@@ -33,28 +33,12 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from bigrate._validation import binary_classes
 from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
-
-
-def _binary(est, y):
-    kind = type_of_target(y, input_name="y", raise_unknown=True)
-    if kind not in ("binary", "multiclass"):
-        raise ValueError(
-            f"Unknown label type: y must be two class labels, got {kind!r}"
-        )
-    classes = np.unique(y)
-    if len(classes) != 2:
-        raise ValueError(
-            f"Only binary classification is supported: y must have exactly two "
-            f"classes; got {len(classes)}: {classes[:10].tolist()}"
-        )
-    est.classes_ = classes
-    return np.where(y == classes[1], 1.0, -1.0)
 
 
 class _KernelSVCBase(ClassifierMixin, BaseEstimator):
@@ -82,7 +66,7 @@ class _KernelSVCBase(ClassifierMixin, BaseEstimator):
                 "target y is None"
             )
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
-        return X, _binary(self, y)
+        return X, binary_classes(self, y)
 
     def _problem(self, X):
         self.gamma_ = resolve_gamma(self.gamma, X)

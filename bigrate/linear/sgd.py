@@ -29,9 +29,9 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from bigrate._validation import binary_classes
 from bigrate.data.format import RowBlock
 from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
@@ -199,21 +199,7 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- data
     def _labels(self, y) -> np.ndarray:
-        y = np.asarray(y)
-        kind = type_of_target(y, input_name="y", raise_unknown=True)
-        if kind not in ("binary", "multiclass"):
-            raise ValueError(
-                f"Unknown label type: y must be two class labels, got target "
-                f"type {kind!r} (continuous values are not labels)"
-            )
-        classes = np.unique(y)
-        if len(classes) != 2:
-            raise ValueError(
-                f"Only binary classification is supported: y must have exactly two classes; "
-                f"got {len(classes)} class(es): {classes[:10].tolist()}"
-            )
-        self.classes_ = classes
-        return np.where(y == classes[1], 1, -1).astype(np.int8)
+        return binary_classes(self, y).astype(np.int8)
 
     def _in_memory(self, X, y):
         X, y = validate_data(

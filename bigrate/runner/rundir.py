@@ -27,6 +27,7 @@ import socket
 import sys
 from pathlib import Path
 
+from bigrate.data.writer import _pid_alive as _alive
 from bigrate.data.writer import atomic_write_text
 from bigrate.io import _jsonable
 
@@ -37,16 +38,6 @@ class RunLockedError(RuntimeError):
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def versions() -> dict:
