@@ -11,10 +11,12 @@ from bigrate.io import load_model
 from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
 from bigrate.model_selection import NPSearchCV
+from bigrate.path import AUMLinearClassifier
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AUMLinearClassifier",
     "BigrateWarning",
     "CostSensitiveSVC",
     "ChecksumError",

@@ -1,0 +1,383 @@
+"""AUM (area under the min of FP and FN), AUC, and the exact AUM/AUC line search of
+Fowler and Hocking for linear models; restated in ``../shared/docs/algorithms.md`` sec. 4.
+
+Error functions are breakpoints (v_b, dFP_b, dFN_b, example I_b). For binary labels each
+example has one breakpoint at v = 0: (dFP, dFN) = (0, -1/n+) for a positive and (1/n-, 0)
+for a negative. With predictions yhat, breakpoint b sits at threshold T_b = v_b - yhat_{I_b};
+along a direction, yhat(s) = pred + s * pred_direction makes every T_b a line in s.
+
+The line search returns the pieces on which the AUM is linear and the AUC constant, so
+both can be read at any step size; ``variant`` is where it stops: "first-min" (when the
+AUM slope turns non-negative: the exact minimiser, AUM being convex in s), "linear" (B
+intersections), "quadratic" (all of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from bigrate._validation import binary_classes
+from bigrate.path import _aum_kernels as K
+
+VARIANTS = {"first-min": K.FIRST_MIN, "linear": K.LINEAR, "quadratic": K.QUADRATIC}
+
+
+@dataclass
+class Breakpoints:
+    """Label error functions as breakpoints: threshold offset v, the FP and FN changes,
+    and the example each belongs to."""
+
+    v: np.ndarray
+    dfp: np.ndarray
+    dfn: np.ndarray
+    example: np.ndarray
+
+    @classmethod
+    def binary(cls, y) -> Breakpoints:
+        y = np.asarray(y)
+        if not np.isin(y, (-1, 1)).all():
+            raise ValueError("labels must be +1 / -1")
+        n_pos, n_neg = int((y > 0).sum()), int((y < 0).sum())
+        if n_pos == 0 or n_neg == 0:
+            raise ValueError(
+                f"AUM needs both classes; got {n_pos} positive and {n_neg} "
+                "negative labels"
+            )
+        n = len(y)
+        return cls(
+            v=np.zeros(n),
+            dfp=np.where(y < 0, 1.0 / n_neg, 0.0),
+            dfn=np.where(y > 0, -1.0 / n_pos, 0.0),
+            example=np.arange(n),
+        )
+
+    @classmethod
+    def from_error_functions(cls, example, threshold, fp, fn) -> Breakpoints:
+        """From piecewise-constant error functions: row r says that example[r] has
+        (fp[r], fn[r]) errors for thresholds from threshold[r] up to the next row of the
+        same example. Each example's first row must be at -inf with FP = 0 and its last
+        row must have FN = 0 (the aum package's convention)."""
+        example = np.asarray(example)
+        threshold = np.asarray(threshold, float)
+        fp = np.asarray(fp, float)
+        fn = np.asarray(fn, float)
+        order = np.lexsort((threshold, example))
+        example, threshold, fp, fn = (
+            example[order],
+            threshold[order],
+            fp[order],
+            fn[order],
+        )
+        v, dfp, dfn, ex = [], [], [], []
+        for e in np.unique(example):
+            rows = np.flatnonzero(example == e)
+            if not (np.isneginf(threshold[rows[0]]) and fp[rows[0]] == 0):
+                raise ValueError(
+                    f"example {e}: FP does not start at 0 (its first error-"
+                    "function row must be at threshold -inf with fp = 0)"
+                )
+            if fn[rows[-1]] != 0:
+                raise ValueError(
+                    f"example {e}: FN does not end at 0 (its last row has "
+                    f"fn = {fn[rows[-1]]})"
+                )
+            for a, b in zip(rows[:-1], rows[1:], strict=True):
+                v.append(threshold[b])
+                dfp.append(fp[b] - fp[a])
+                dfn.append(fn[b] - fn[a])
+                ex.append(e)
+        return cls(np.array(v), np.array(dfp), np.array(dfn), np.array(ex))
+
+    def lines(self, pred, pred_direction):
+        pred = np.asarray(pred, float)
+        d = np.asarray(pred_direction, float)
+        if not (np.isfinite(pred).all() and np.isfinite(d).all()):
+            raise ValueError("predictions and their direction must be finite")
+        return self.v - pred[self.example], -d[self.example]
+
+
+def aum_auc(pred, breakpoints: Breakpoints):
+    """(AUM, AUC) of predictions (brute force: sort and sum; tied thresholds make one
+    ROC segment)."""
+    c, m = breakpoints.lines(pred, np.zeros_like(np.asarray(pred, float)))
+    return K.aum_auc_at(c, m, breakpoints.dfp, breakpoints.dfn, 0.0)
+
+
+def aum_gradient(pred, breakpoints: Breakpoints) -> np.ndarray:
+    """A subgradient of the AUM with respect to the predictions (Hillman and Hocking
+    2023): dAUM/dT at sorted position b is M_b - M_{b+1} (M_0 = M_B = 0), dT/dyhat = -1."""
+    c, _ = breakpoints.lines(pred, np.zeros_like(np.asarray(pred, float)))
+    order = np.argsort(c, kind="mergesort")
+    dfp, dfn = breakpoints.dfp[order], breakpoints.dfn[order]
+    FP = np.r_[0.0, np.cumsum(dfp)]
+    FN = np.r_[np.cumsum((-dfn)[::-1])[::-1], 0.0]
+    M = np.minimum(FP, FN)  # gaps 0..B
+    g_sorted = M[:-1] - M[1:]  # dAUM / dT at each sorted breakpoint
+    g = np.zeros(len(pred))
+    np.add.at(g, breakpoints.example[order], -g_sorted)
+    return g
+
+
+@dataclass
+class LineSearchResult:
+    """Pieces of the AUM / AUC along the step size: on [step_sizes[i], step_sizes[i+1])
+    the AUM is aum[i] + aum_slope[i] (s - step_sizes[i]) and, on the open interval, the
+    AUC is auc[i] (exactly at an intersection tied thresholds make one diagonal ROC
+    segment: :func:`aum_auc` gives that value). For "first-min" and "linear" the last
+    piece is known only up to its start."""
+
+    step_sizes: np.ndarray
+    aum: np.ndarray
+    aum_slope: np.ndarray
+    auc: np.ndarray
+    intersections: int
+    variant: str
+
+    def _piece(self, s) -> np.ndarray:
+        s = np.asarray(s, float)
+        if np.any(s < 0):
+            raise ValueError("step sizes must be >= 0")
+        return np.searchsorted(self.step_sizes, s, side="right") - 1
+
+    def aum_at(self, s):
+        i = self._piece(s)
+        return self.aum[i] + self.aum_slope[i] * (
+            np.asarray(s, float) - self.step_sizes[i]
+        )
+
+    def auc_at(self, s):
+        return self.auc[self._piece(s)]
+
+    def best_step(self) -> float:
+        """The step size of least AUM among the pieces explored."""
+        return float(self.step_sizes[int(np.argmin(self.aum))])
+
+
+def line_search(
+    labels_or_breakpoints,
+    pred,
+    pred_direction,
+    variant: str = "first-min",
+    max_intersections: int | None = None,
+) -> LineSearchResult:
+    """Exact line search of the AUM and AUC of ``pred + s * pred_direction``, s >= 0."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    bp = (
+        labels_or_breakpoints
+        if isinstance(labels_or_breakpoints, Breakpoints)
+        else Breakpoints.binary(labels_or_breakpoints)
+    )
+    c, m = bp.lines(pred, pred_direction)
+    # identical lines tie at every step size: merge them into one breakpoint (np.unique
+    # also sorts the lines by (intercept, slope), the kernel's starting order)
+    key = np.stack([c, m], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    dfp = np.bincount(inv, weights=bp.dfp, minlength=len(uniq))
+    dfn = np.bincount(inv, weights=bp.dfn, minlength=len(uniq))
+    c, m = uniq[:, 0].copy(), uniq[:, 1].copy()
+    B = len(c)
+    most = B * (B - 1) // 2 + 2  # pieces cannot outnumber intersections
+    if max_intersections is not None:
+        most = min(most, max_intersections + 2)
+    cap = min(most, 4 * B + 8)
+    max_events = (
+        max_intersections if max_intersections is not None else np.iinfo(np.int64).max
+    )
+    while True:  # grow the outputs if the search needs more pieces than guessed
+        out = [np.empty(cap) for _ in range(4)]
+        n, events, full = K.line_search(
+            c, m, dfp, dfn, VARIANTS[variant], max_events, *out
+        )
+        if not full or cap >= most:
+            break
+        cap = min(most, 4 * cap)
+    s, a, sl, au = (o[:n].copy() for o in out)
+    return LineSearchResult(
+        step_sizes=s,
+        aum=a,
+        aum_slope=sl,
+        auc=au,
+        intersections=int(events),
+        variant=variant,
+    )
+
+
+class AUMLinearClassifier(ClassifierMixin, BaseEstimator):
+    """Linear classifier trained by full-batch gradient descent on the AUM with an exact
+    line search for the step size (Fowler and Hocking).
+
+    Parameters
+    ----------
+    line_search : {"first-min", "linear", "quadratic", "grid"}
+        "grid" evaluates 100 log-spaced step sizes by brute force (the baseline).
+    max_iter : int, default 100
+    tol : float, default 1e-3
+        Stop when the AUM decreases by less than tol (relative).
+    validation : float in (0, 1) or None
+        Hold out this share of rows, report its AUC per step in ``history_`` and keep the
+        weights of the step with the best validation AUC. (For binary labels the AUM
+        scales with ||w||, so descent also shrinks w: the validation AUC, not the AUM, is
+        what to select on.)
+    random_state : int or None
+        Seed of the initial weights and of the validation split.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate.path import AUMLinearClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((300, 4)); y = np.where(X[:, 0] + X[:, 1] > 0, 1, -1)
+    >>> clf = AUMLinearClassifier(random_state=0).fit(X, y)
+    >>> clf.history_[-1]["train_auc"] > 0.95
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "line_search": [StrOptions({"first-min", "linear", "quadratic", "grid"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "validation": [Interval(Real, 0, 1, closed="neither"), None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        *,
+        line_search="first-min",
+        max_iter=100,
+        tol=1e-3,
+        validation=None,
+        random_state=None,
+    ):
+        self.line_search = line_search
+        self.max_iter = max_iter
+        self.tol = tol
+        self.validation = validation
+        self.random_state = random_state
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+        yy = binary_classes(self, y)
+        rng = np.random.default_rng(
+            self.random_state if isinstance(self.random_state, int) else None
+        )
+        n = X.shape[0]
+        val = np.zeros(n, bool)
+        if self.validation:
+            val[rng.permutation(n)[: int(round(self.validation * n))]] = True
+        Xa = (
+            sp.hstack([X, np.ones((n, 1))], format="csr")
+            if sp.issparse(X)
+            else np.hstack([X, np.ones((n, 1))])
+        )
+        Xt, yt = Xa[~val], yy[~val]
+        bp = Breakpoints.binary(yt)
+        bpv = Breakpoints.binary(yy[val]) if val.any() else None
+        w = rng.standard_normal(Xa.shape[1]) * 1e-3
+        self.history_ = []
+        prev = None
+        best_w, best_auc = w.copy(), -np.inf
+        for it in range(self.max_iter):
+            pred = Xt @ w
+            g = aum_gradient(pred, bp)
+            d = -(Xt.T @ g)
+            pd = Xt @ d
+            if self.line_search == "grid":
+                grid = np.r_[0.0, np.logspace(-4, 4, 99)] / max(np.abs(pd).max(), 1e-12)
+                vals = [aum_auc(pred + s * pd, bp)[0] for s in grid]
+                step = float(grid[int(np.argmin(vals))])
+                iters = len(grid)
+                aum_now = float(min(vals))
+            else:
+                res = line_search(bp, pred, pd, variant=self.line_search)
+                step = res.best_step()
+                iters = res.intersections
+                aum_now = float(res.aum_at(step))
+            w = w + step * d
+            tr_aum, tr_auc = aum_auc(Xt @ w, bp)
+            rec = {
+                "iteration": it + 1,
+                "step_size": step,
+                "aum": tr_aum,
+                "train_auc": tr_auc,
+                "line_search_iterations": iters,
+                "predicted_aum": aum_now,
+            }
+            if bpv is not None:
+                rec["validation_auc"] = aum_auc(Xa[val] @ w, bpv)[1]
+                if rec["validation_auc"] > best_auc:
+                    best_auc, best_w = rec["validation_auc"], w.copy()
+            self.history_.append(rec)
+            if step == 0.0 or (
+                prev is not None and prev - tr_aum <= self.tol * max(prev, 1e-12)
+            ):
+                break
+            prev = tr_aum
+        if bpv is not None:  # keep the iterate of best validation AUC
+            w = best_w
+            self.best_validation_auc_ = best_auc
+        self.coef_ = w[:-1].reshape(1, -1)
+        self.intercept_ = np.array([w[-1]])
+        self.n_iter_ = len(self.history_)
+        return self
+
+    def decision_function(self, X):
+        check_is_fitted(self, "coef_")
+        X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=np.float64)
+        return np.asarray(X @ self.coef_.ravel()).ravel() + self.intercept_[0]
+
+    def predict(self, X):
+        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        tags.input_tags.sparse = True
+        return tags
+
+
+def plot_line_search(
+    result: LineSearchResult, path, breakpoints=None, pred=None, pred_direction=None
+):
+    """AUM and AUC against the step size for one line search (PNG), like the paper's
+    Figures 3-4; with the breakpoints and predictions, a brute-force check is overlaid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result.step_sizes
+    top = s[-1] * 1.2 if s[-1] > 0 else 1.0
+    grid = np.linspace(0, top, 400)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(6, 5), sharex=True)
+    a1.plot(grid, result.aum_at(grid), label="line search (exact)")
+    a2.step(np.r_[s, top], np.r_[result.auc, result.auc[-1]], where="post")
+    if breakpoints is not None:
+        c, m = breakpoints.lines(pred, pred_direction)
+        bf = np.array(
+            [K.aum_auc_at(c, m, breakpoints.dfp, breakpoints.dfn, x) for x in grid]
+        )
+        a1.plot(grid, bf[:, 0], ":", label="brute force")
+    for x in s:
+        a1.axvline(x, color="grey", lw=0.3)
+    a1.set_ylabel("AUM")
+    a1.legend(fontsize=8)
+    a2.set_ylabel("AUC")
+    a2.set_xlabel("step size")
+    a1.set_title(
+        f"line search ({result.variant}): {result.intersections} intersections"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
