@@ -1,0 +1,112 @@
+"""AUM line-search benchmarks (issue: exact AUM/AUC line search).
+
+    python benchmarks/bench_aum.py
+
+growth:  line-search intersections and seconds per gradient step against n for the three
+         variants, on scikit-learn's bundled digits (class 0 vs the rest, with features
+         repeated with noise to reach larger n) and on a9a; fitted log-log slopes.
+grid:    best validation AUC and total time of AUMLinearClassifier with the first-min line
+         search vs a 100-point grid of step sizes (brute force AUM at each).
+
+Writes benchmarks/out/aum.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def _data():
+    from sklearn.datasets import load_digits
+
+    from bigrate import ShardedDataset
+    from bigrate.data.prep import run_recipe
+
+    d = load_digits()
+    X = d.data / 16.0
+    y = np.where(d.target == 0, 1, -1)
+    rng = np.random.default_rng(0)
+    reps = 4  # 7,188 rows: the digits four times with pixel noise
+    Xd = np.vstack([X + 0.05 * rng.standard_normal(X.shape) for _ in range(reps)])
+    yd = np.tile(y, reps)
+    path = HERE / "out" / "shared" / "a9a"
+    if not (path / "manifest.json").exists():
+        run_recipe("a9a", path, progress=False, overwrite=True)
+    tr = ShardedDataset(path).to_csr("train")
+    return {"digits": (Xd, yd), "a9a": (tr.X.toarray(), tr.y.astype(int))}
+
+
+def growth(data) -> dict:
+    from bigrate.path import Breakpoints, aum_gradient, line_search
+
+    res = {}
+    rng = np.random.default_rng(1)
+    for name, (X, y) in data.items():
+        ns = [n for n in (250, 500, 1000, 2000, 4000, 8000) if n <= len(y)]
+        rows = {}
+        for variant in ("first-min", "linear", "quadratic"):
+            its, secs = [], []
+            for n in ns:
+                if variant == "quadratic" and n > 2000:
+                    break
+                idx = rng.choice(len(y), n, replace=False)
+                Xs, ys = X[idx], y[idx]
+                if len(np.unique(ys)) < 2:
+                    continue
+                w = rng.standard_normal(X.shape[1]) * 0.1
+                pred = Xs @ w
+                g = aum_gradient(pred, Breakpoints.binary(ys))
+                pd = Xs @ (-(Xs.T @ g))
+                line_search(ys, pred, pd, variant=variant)  # compile / warm
+                t = time.perf_counter()
+                r = line_search(ys, pred, pd, variant=variant)
+                secs.append(time.perf_counter() - t)
+                its.append(max(r.intersections, 1))
+            m = len(its)
+            slope_it = float(np.polyfit(np.log(ns[:m]), np.log(its), 1)[0]) if m > 1 else None
+            slope_t = float(np.polyfit(np.log(ns[:m]), np.log(secs), 1)[0]) if m > 1 else None
+            rows[variant] = {"n": ns[:m], "intersections": its, "seconds": secs,
+                             "loglog_slope_intersections": slope_it,
+                             "loglog_slope_seconds": slope_t}
+            print(name, variant, rows[variant], flush=True)
+        res[name] = rows
+    return res
+
+
+def grid_vs_line_search(data) -> dict:
+    from bigrate.path import AUMLinearClassifier
+
+    res = {}
+    for name, (X, y) in data.items():
+        row = {}
+        for ls in ("first-min", "grid"):
+            t = time.perf_counter()
+            clf = AUMLinearClassifier(line_search=ls, max_iter=30, validation=0.25,
+                                      random_state=0).fit(X, y)
+            row[ls] = {"seconds": time.perf_counter() - t,
+                       "best_validation_auc": clf.best_validation_auc_,
+                       "steps": clf.n_iter_}
+        row["speedup_first_min_vs_grid"] = row["grid"]["seconds"] / row["first-min"]["seconds"]
+        res[name] = row
+        print(name, row, flush=True)
+    return res
+
+
+def main() -> None:
+    out = HERE / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    data = _data()
+    res = {"growth": growth(data), "grid": grid_vs_line_search(data)}
+    (out / "aum.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
