@@ -71,11 +71,19 @@ def growth(data) -> dict:
                 secs.append(time.perf_counter() - t)
                 its.append(max(r.intersections, 1))
             m = len(its)
-            slope_it = float(np.polyfit(np.log(ns[:m]), np.log(its), 1)[0]) if m > 1 else None
-            slope_t = float(np.polyfit(np.log(ns[:m]), np.log(secs), 1)[0]) if m > 1 else None
-            rows[variant] = {"n": ns[:m], "intersections": its, "seconds": secs,
-                             "loglog_slope_intersections": slope_it,
-                             "loglog_slope_seconds": slope_t}
+            slope_it = (
+                float(np.polyfit(np.log(ns[:m]), np.log(its), 1)[0]) if m > 1 else None
+            )
+            slope_t = (
+                float(np.polyfit(np.log(ns[:m]), np.log(secs), 1)[0]) if m > 1 else None
+            )
+            rows[variant] = {
+                "n": ns[:m],
+                "intersections": its,
+                "seconds": secs,
+                "loglog_slope_intersections": slope_it,
+                "loglog_slope_seconds": slope_t,
+            }
             print(name, variant, rows[variant], flush=True)
         res[name] = rows
     return res
@@ -89,12 +97,17 @@ def grid_vs_line_search(data) -> dict:
         row = {}
         for ls in ("first-min", "grid"):
             t = time.perf_counter()
-            clf = AUMLinearClassifier(line_search=ls, max_iter=30, validation=0.25,
-                                      random_state=0).fit(X, y)
-            row[ls] = {"seconds": time.perf_counter() - t,
-                       "best_validation_auc": clf.best_validation_auc_,
-                       "steps": clf.n_iter_}
-        row["speedup_first_min_vs_grid"] = row["grid"]["seconds"] / row["first-min"]["seconds"]
+            clf = AUMLinearClassifier(
+                line_search=ls, max_iter=30, validation=0.25, random_state=0
+            ).fit(X, y)
+            row[ls] = {
+                "seconds": time.perf_counter() - t,
+                "best_validation_auc": clf.best_validation_auc_,
+                "steps": clf.n_iter_,
+            }
+        row["speedup_first_min_vs_grid"] = (
+            row["grid"]["seconds"] / row["first-min"]["seconds"]
+        )
         res[name] = row
         print(name, row, flush=True)
     return res

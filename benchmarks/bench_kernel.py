@@ -156,19 +156,28 @@ def bench_quality(out: Path, reps: int = 5) -> dict:
     from bigrate.metrics import j_val, np_umbrella_threshold, pfa_pnd
 
     res = {}
-    for name in ("sonar", "ionosphere", "breast_cancer_wisconsin_diagnostic", "spambase"):
+    for name in (
+        "sonar",
+        "ionosphere",
+        "breast_cancer_wisconsin_diagnostic",
+        "spambase",
+    ):
         d = _shared(name, out)
         X = np.vstack([d[s][0] for s in ("train", "val", "test")])
         y = np.concatenate([d[s][1] for s in ("train", "val", "test")])
         r_name = 2 if name == "spambase" else reps
-        acc = {rho: {"np_svm": [], "acsvm_grid": [], "svc_umbrella": []}
-               for rho in (0.05, 0.1, 0.2)}
+        acc = {
+            rho: {"np_svm": [], "acsvm_grid": [], "svc_umbrella": []}
+            for rho in (0.05, 0.1, 0.2)
+        }
         times = {"np_svm": 0.0, "acsvm_grid": 0.0}
         for rep in range(r_name):
-            Xtr, Xrest, ytr, yrest = train_test_split(X, y, test_size=0.4, stratify=y,
-                                                      random_state=rep)
-            Xva, Xte, yva, yte = train_test_split(Xrest, yrest, test_size=0.5,
-                                                  stratify=yrest, random_state=rep)
+            Xtr, Xrest, ytr, yrest = train_test_split(
+                X, y, test_size=0.4, stratify=y, random_state=rep
+            )
+            Xva, Xte, yva, yte = train_test_split(
+                Xrest, yrest, test_size=0.5, stratify=yrest, random_state=rep
+            )
             sc = StandardScaler().fit(Xtr)
             Xtr, Xva, Xte = sc.transform(Xtr), sc.transform(Xva), sc.transform(Xte)
             n = len(ytr)
@@ -182,7 +191,9 @@ def bench_quality(out: Path, reps: int = 5) -> dict:
                 for g in gammas:
                     for cp in cs:
                         for cn in cs:
-                            m = SVC(C=1.0, class_weight={1: cp, -1: cn}, gamma=g).fit(Xtr, ytr)
+                            m = SVC(C=1.0, class_weight={1: cp, -1: cn}, gamma=g).fit(
+                                Xtr, ytr
+                            )
                             fitted.append((m, m.decision_function(Xva)))
             times["acsvm_grid"] += time.perf_counter() - t
             base = SVC(gamma="scale").fit(Xtr, ytr)
@@ -192,18 +203,29 @@ def bench_quality(out: Path, reps: int = 5) -> dict:
                 t = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    s = NPSearchCV(NeymanPearsonSVC(max_iter=300),
-                                   {"C": [0.3 * n, n, 3 * n, 10 * n],
-                                    "gamma": list(scale * np.array([0.25, 1.0, 4.0]))},
-                                   rho=rho, cv=split, engine="local", progress=False,
-                                   refit=False).fit(Xall, yall)
-                    best = NeymanPearsonSVC(max_iter=300, rho=rho, **s.best_params_).fit(Xtr, ytr)
+                    s = NPSearchCV(
+                        NeymanPearsonSVC(max_iter=300),
+                        {
+                            "C": [0.3 * n, n, 3 * n, 10 * n],
+                            "gamma": list(scale * np.array([0.25, 1.0, 4.0])),
+                        },
+                        rho=rho,
+                        cv=split,
+                        engine="local",
+                        progress=False,
+                        refit=False,
+                    ).fit(Xall, yall)
+                    best = NeymanPearsonSVC(
+                        max_iter=300, rho=rho, **s.best_params_
+                    ).fit(Xtr, ytr)
                 times["np_svm"] += time.perf_counter() - t
                 acc[rho]["np_svm"].append(pfa_pnd(yte, best.decision_function(Xte)))
                 bm = min(fitted, key=lambda mf: j_val(*pfa_pnd(yva, mf[1]), rho))[0]
                 acc[rho]["acsvm_grid"].append(pfa_pnd(yte, bm.decision_function(Xte)))
                 try:
-                    thr = np_umbrella_threshold(base.decision_function(Xva)[yva < 0], rho, 0.05)
+                    thr = np_umbrella_threshold(
+                        base.decision_function(Xva)[yva < 0], rho, 0.05
+                    )
                     f = base.decision_function(Xte) - np.nextafter(thr, np.inf)
                     acc[rho]["svc_umbrella"].append(pfa_pnd(yte, f))
                 except ValueError:
@@ -213,16 +235,22 @@ def bench_quality(out: Path, reps: int = 5) -> dict:
             for meth, vals in acc[rho].items():
                 if vals:
                     v = np.array(vals)
-                    row[meth] = {"pfa": float(v[:, 0].mean()), "pnd": float(v[:, 1].mean())}
+                    row[meth] = {
+                        "pfa": float(v[:, 0].mean()),
+                        "pnd": float(v[:, 1].mean()),
+                    }
                 else:
-                    row[meth] = {"error": "too few validation negatives for the umbrella"}
+                    row[meth] = {
+                        "error": "too few validation negatives for the umbrella"
+                    }
             row["np_svm"]["selection_s"] = times["np_svm"] / (3 * r_name)
             row["acsvm_grid"]["selection_s"] = times["acsvm_grid"] / r_name
             row["goal"] = {
                 "pfa_within_rho_plus_2pt": row["np_svm"]["pfa"] <= rho + 0.02,
-                "pnd_within_1pt_of_acsvm": row["np_svm"]["pnd"] <= row["acsvm_grid"]["pnd"] + 0.01,
-                "under_quarter_of_acsvm_time":
-                    row["np_svm"]["selection_s"] < row["acsvm_grid"]["selection_s"] / 4,
+                "pnd_within_1pt_of_acsvm": row["np_svm"]["pnd"]
+                <= row["acsvm_grid"]["pnd"] + 0.01,
+                "under_quarter_of_acsvm_time": row["np_svm"]["selection_s"]
+                < row["acsvm_grid"]["selection_s"] / 4,
             }
             res[f"{name}_rho{rho}"] = row
             print(name, rho, json.dumps(row, default=float), flush=True)
