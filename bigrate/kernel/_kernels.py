@@ -63,27 +63,29 @@ def _csr_row(indptr, indices, data, sq, i, kind, gamma, coef0, degree, work, out
 
 
 @njit(cache=True, nogil=True)
-def _get_row(
-    i,
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    sq,
-    kind,
-    gamma,
-    coef0,
-    degree,
-    work,
-    cache,
-    slot_of,
-    row_of,
-    last_used,
-    clock,
-    stats,
-):
-    """Row i of K, from the cache or computed into the least recently used slot."""
+def _get_row(i, kp, stats):
+    """Row i of K, from the cache or computed into the least recently used slot.
+
+    ``kp`` bundles the inputs and the cache: (Xd, indptr, indices, data, sparse, sq, kind,
+    gamma, coef0, degree, work, cache, slot_of, row_of, last_used, clock)."""
+    (
+        Xd,
+        indptr,
+        indices,
+        data,
+        sparse,
+        sq,
+        kind,
+        gamma,
+        coef0,
+        degree,
+        work,
+        cache,
+        slot_of,
+        row_of,
+        last_used,
+        clock,
+    ) = kp
     s = slot_of[i]
     clock[0] += 1
     if s >= 0:
@@ -113,34 +115,7 @@ def _get_row(
 
 
 @njit(cache=True, nogil=True)
-def smo_solve(
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    sq,
-    kind,
-    gamma,
-    coef0,
-    degree,
-    y,
-    p,
-    lo,
-    hi,
-    a,
-    G,
-    diag,
-    eps,
-    max_iter,
-    cache,
-    slot_of,
-    row_of,
-    last_used,
-    work,
-    clock,
-    stats,
-):
+def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats):
     """Minimise in place from a feasible ``a`` with gradient ``G = Q a - p`` already set.
 
     Returns (status, iterations, gap). ``stats`` accumulates [cache hits, misses].
@@ -167,26 +142,7 @@ def smo_solve(
         gap = gmax - gmin
         if i < 0 or gap <= eps:
             return OK, it, gap
-        Ki = _get_row(
-            i,
-            Xd,
-            indptr,
-            indices,
-            data,
-            sparse,
-            sq,
-            kind,
-            gamma,
-            coef0,
-            degree,
-            work,
-            cache,
-            slot_of,
-            row_of,
-            last_used,
-            clock,
-            stats,
-        )
+        Ki = _get_row(i, kp, stats)
         # select j (second order)
         j = -1
         best = np.inf
@@ -203,26 +159,7 @@ def smo_solve(
                         j = t
         if j < 0:
             return OK, it, gap
-        Kj = _get_row(
-            j,
-            Xd,
-            indptr,
-            indices,
-            data,
-            sparse,
-            sq,
-            kind,
-            gamma,
-            coef0,
-            degree,
-            work,
-            cache,
-            slot_of,
-            row_of,
-            last_used,
-            clock,
-            stats,
-        )
+        Kj = _get_row(j, kp, stats)
         # two-variable update along the feasible direction, clipped to the boxes
         yi = y[i]
         yj = y[j]
@@ -262,53 +199,13 @@ def smo_solve(
 
 
 @njit(cache=True, nogil=True)
-def gradient(
-    Xd,
-    indptr,
-    indices,
-    data,
-    sparse,
-    sq,
-    kind,
-    gamma,
-    coef0,
-    degree,
-    y,
-    p,
-    a,
-    cache,
-    slot_of,
-    row_of,
-    last_used,
-    work,
-    clock,
-    stats,
-):
+def gradient(kp, y, p, a, stats):
     """G = Q a - p, computed from the kernel rows of the non-zero a_i."""
     n = y.shape[0]
     G = -p.copy()
     for i in range(n):
         if a[i] != 0.0:
-            Ki = _get_row(
-                i,
-                Xd,
-                indptr,
-                indices,
-                data,
-                sparse,
-                sq,
-                kind,
-                gamma,
-                coef0,
-                degree,
-                work,
-                cache,
-                slot_of,
-                row_of,
-                last_used,
-                clock,
-                stats,
-            )
+            Ki = _get_row(i, kp, stats)
             c = y[i] * a[i]
             for t in range(n):
                 G[t] += y[t] * Ki[t] * c

@@ -111,7 +111,8 @@ class KernelProblem:
             self.sq, self.kind, self.gamma, self.coef0, self.degree
         )
 
-    def _args(self):
+    def _kp(self):
+        """The kernel inputs and row cache as one tuple for the numba kernels."""
         return (
             self.Xd,
             self.indptr,
@@ -123,22 +124,16 @@ class KernelProblem:
             self.gamma,
             self.coef0,
             self.degree,
-        )
-
-    def gradient(self, y, p, a, stats):
-        return K.gradient(
-            *self._args(),
-            y,
-            p,
-            a,
+            self.work,
             self.cache,
             self.slot_of,
             self.row_of,
             self.last_used,
-            self.work,
             self.clock,
-            stats,
         )
+
+    def gradient(self, y, p, a, stats):
+        return K.gradient(self._kp(), y, p, a, stats)
 
     def solve(
         self,
@@ -164,23 +159,7 @@ class KernelProblem:
         stats = np.zeros(2, np.int64)
         G = self.gradient(y, p, a, stats)
         status, it, gap = K.smo_solve(
-            *self._args(),
-            y,
-            p,
-            lo,
-            hi,
-            a,
-            G,
-            self.diag,
-            eps,
-            max_iter,
-            self.cache,
-            self.slot_of,
-            self.row_of,
-            self.last_used,
-            self.work,
-            self.clock,
-            stats,
+            self._kp(), y, p, lo, hi, a, G, self.diag, eps, max_iter, stats
         )
         converged = status == K.OK
         if not converged:
