@@ -62,3 +62,29 @@ def random_svmlight(
         tail = "  # trailing comment" if i % 17 == 0 else ""
         lines.append(f"{lab} {toks}{tail}")
     return write_svmlight_text(path, lines)
+
+
+def start_cli(*args, **kw) -> subprocess.Popen:
+    """Start the real `bigrate` command in the background (stdout/stderr piped)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bigrate.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
+
+
+def wait_for_results(runs: Path, pattern: str, n: int, proc=None, timeout: float = 120):
+    """The first run directory under ``runs`` matching ``pattern`` once it holds at least
+    ``n`` finished task results; fails if ``proc`` exits first or time runs out."""
+    import time
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        dirs = sorted(runs.glob(pattern)) if runs.exists() else []
+        if dirs and len(list((dirs[0] / "results").glob("*.json"))) >= n:
+            return dirs[0]
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the job exited first: {proc.stderr.read().decode()}")
+        time.sleep(0.02)
+    raise AssertionError(f"no run under {runs} reached {n} results in {timeout}s")

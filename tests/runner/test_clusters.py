@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, start_cli
 from tests.runner.test_jobs import job_file, only_run, sweep_job, train_job
 
 BIN = Path(sys.executable).parent
@@ -107,20 +107,7 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
     address, _, workers = dask_cluster
     body = train_job(synth, tmp_path / "runs", engine="dask", extra=", epochs = 12")
     body = body.replace("epochs = 4 ,", "")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bigrate.cli",
-            "run",
-            str(job_file(tmp_path, body)),
-            "--address",
-            address,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", job_file(tmp_path, body), "--address", address, text=True)
     # wait for training rounds to start, then kill one worker process (not its nanny)
     victim = None
     t0 = time.time()
@@ -190,19 +177,8 @@ def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_c
         engine="ray",
         epochs=6,
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bigrate.cli",
-            "run",
-            str(job_file(tmp_path, body)),
-            "--address",
-            ray_cluster,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_cli(
+        "run", job_file(tmp_path, body), "--address", ray_cluster, text=True
     )
     killed = None
     t0 = time.time()

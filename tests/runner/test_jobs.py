@@ -4,16 +4,13 @@ directories, failures recorded, SIGKILL of the driver and resume, locks, reports
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from bigrate import load_model
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli, wait_for_results
 
 
 @pytest.fixture(scope="module")
@@ -151,32 +148,8 @@ def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):
         cv=3,
         epochs=6,
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bigrate.cli",
-            "run",
-            str(job_file(tmp_path, body)),
-            "--quiet",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    t0 = time.time()
-    run = None
-    while time.time() - t0 < 120:
-        dirs = (
-            [p for p in (tmp_path / "runs").glob("s-*")]
-            if (tmp_path / "runs").exists()
-            else []
-        )
-        if dirs and len(list((dirs[0] / "results").glob("*.json"))) >= 3:
-            run = dirs[0]
-            break
-        assert proc.poll() is None, proc.stderr.read().decode()
-        time.sleep(0.02)
-    assert run is not None
+    proc = start_cli("run", job_file(tmp_path, body), "--quiet")
+    run = wait_for_results(tmp_path / "runs", "s-*", 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = {f.name: f.read_bytes() for f in (run / "results").glob("*.json")}
@@ -228,31 +201,11 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, synth):
         cv=3,
         epochs=6,
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bigrate.cli",
-            "run",
-            str(job_file(tmp_path, body)),
-            "--quiet",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    t0 = time.time()
-    while time.time() - t0 < 120:
-        dirs = (
-            list((tmp_path / "runs").glob("s-*"))
-            if (tmp_path / "runs").exists()
-            else []
-        )
-        if dirs and list((dirs[0] / "results").glob("*.json")):
-            break
-        time.sleep(0.02)
+    proc = start_cli("run", job_file(tmp_path, body), "--quiet")
+    run = wait_for_results(tmp_path / "runs", "s-*", 1, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert "bigrate resume" in err.decode()
-    assert not (dirs[0] / ".lock").exists()  # released
-    run_cli("resume", dirs[0], check=True)
+    assert not (run / ".lock").exists()  # released
+    run_cli("resume", run, check=True)
