@@ -11,7 +11,7 @@ from bigrate.io import load_model
 from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
 from bigrate.model_selection import NPSearchCV
-from bigrate.path import AUMLinearClassifier
+from bigrate.path import AUMLinearClassifier, QuantilePathSVC
 
 __version__ = "0.1.0"
 
@@ -26,6 +26,7 @@ __all__ = [
     "NeymanPearsonSVC",
     "NPSearchCV",
     "QValueSGD",
+    "QuantilePathSVC",
     "ShardedDataset",
     "load_model",
     "__version__",

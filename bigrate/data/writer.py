@@ -52,11 +52,16 @@ def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 22) -> str:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a text file through a temporary file renamed into place."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> Path:
+    """Write a file through a temporary file (fsynced) renamed into place."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -64,6 +69,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Paths and line searches: exact AUM/AUC line search (Fowler and Hocking)."""
+"""Paths and line searches: the quantile-SVM path (Yu et al.) and the exact AUM/AUC line
+search (Fowler and Hocking)."""
 
 from bigrate.path.aum import (
     AUMLinearClassifier,
@@ -9,8 +10,10 @@ from bigrate.path.aum import (
     line_search,
     plot_line_search,
 )
+from bigrate.path.quantile import QuantilePathSVC
 
 __all__ = [
+    "QuantilePathSVC",
     "AUMLinearClassifier",
     "Breakpoints",
     "LineSearchResult",

@@ -1,0 +1,551 @@
+"""Numba kernels of the quantile-SVM dual path (Yu et al. 2009, Alg. 1 "DPF").
+
+Scaled dual: with beta = alpha * n / 2 the boxes are 0 <= beta_i <= ub_i(tau), where
+ub_i = 1 - tau for y_i = +1 and tau for y_i = -1 (so d ub_i / d tau = -y_i), and with
+kappa = 2 / (n lambda):
+
+    D(beta) = kappa/2 beta^T Q beta - sum(beta),   w = kappa sum_i beta_i y_i x_i,
+    g_i = dD/dbeta_i = y_i x_i^T w - 1.
+
+Sets: R (beta = 0, g > 0), M (g = 0), L (beta = ub, g < 0). Within a segment the
+direction solves Q_MM dbeta_M = y_M * (X_M s_L) with s_L = sum_{j in L} x_j (conjugate
+gradients on Q v = Y X (X^T Y v), Q never formed), and dw/dtau = kappa (X_M^T (y dbeta)
+- s_L), so dg_i/dtau = y_i x_i^T dw/dtau for every i outside M.
+
+The data tuple is ``X = (indptr, indices, data, y)``; the mutable path state and the
+growable output buffers are tuples described at :func:`dpf_run`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# set codes
+R_SET, M_SET, L_SET = 0, 1, 2
+
+# status codes of dpf_run
+DONE = 0  # tau reached 1
+CHUNK = 1  # max_kinks recorded in this call; call again
+BUFFER_FULL = 2  # grow the output buffers and call again
+STALLED = 3  # too many zero-length steps at one tau (a degenerate cycle)
+NOT_FINITE = 4  # a non-finite value appeared in the state
+
+# dcd_solve status
+CONVERGED = 0
+MAX_EPOCHS = 1
+
+
+@njit(cache=True, nogil=True)
+def _dot_row(indptr, indices, data, i, v):
+    s = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        s += data[p] * v[indices[p]]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _axpy_row(indptr, indices, data, i, a, v):
+    for p in range(indptr[i], indptr[i + 1]):
+        v[indices[p]] += a * data[p]
+
+
+@njit(cache=True, nogil=True)
+def row_sq_norms(indptr, indices, data, out):
+    for i in range(len(indptr) - 1):
+        s = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            s += data[p] * data[p]
+        out[i] = s
+
+
+@njit(cache=True, nogil=True)
+def upper_bound(y_i, tau):
+    return 1.0 - tau if y_i > 0 else tau
+
+
+@njit(cache=True, nogil=True)
+def box_cd(X, idx, m, lin, lo, hi, z, v, sqn, scale, tol, max_epochs, seed):
+    """Coordinate descent on  min_z scale/2 ||sum_k y_k z_k x_k + v0/scale||^2 - lin^T z
+    over lo <= z <= hi, for the rows idx[:m] (z, lin, lo, hi by position k). The caller
+    passes v = v0 + scale sum_k y_k z_k x_k; it is kept up to date. The gradient of
+    position k is y x^T v - lin_k. Stops when the largest projected gradient is below
+    tol. Returns (status, epochs, violation)."""
+    indptr, indices, data, y = X
+    np.random.seed(seed)
+    order = np.arange(m)
+    viol = np.inf
+    for epoch in range(max_epochs):
+        np.random.shuffle(order)
+        viol = 0.0
+        for t in range(m):
+            k = order[t]
+            i = idx[k]
+            if sqn[i] == 0.0 or hi[k] <= lo[k]:
+                continue
+            g = y[i] * _dot_row(indptr, indices, data, i, v) - lin[k]
+            zk = z[k]
+            if zk <= lo[k]:
+                pg = min(g, 0.0)
+            elif zk >= hi[k]:
+                pg = max(g, 0.0)
+            else:
+                pg = g
+            if abs(pg) > viol:
+                viol = abs(pg)
+            if pg != 0.0:
+                nz = min(max(zk - g / (scale * sqn[i]), lo[k]), hi[k])
+                if nz != zk:
+                    _axpy_row(indptr, indices, data, i, scale * (nz - zk) * y[i], v)
+                    z[k] = nz
+        if viol <= tol:
+            return CONVERGED, epoch + 1, viol
+    return MAX_EPOCHS, max_epochs, viol
+
+
+@njit(cache=True, nogil=True)
+def dcd_solve(X, sqn, kappa, tau, beta, w, tol, max_epochs, seed):
+    """The dual at ``tau`` over every coordinate (in place on beta and w, where w must
+    equal kappa sum beta y x on entry). Returns (status, epochs, violation)."""
+    y = X[3]
+    n = len(y)
+    lo = np.zeros(n)
+    hi = np.empty(n)
+    for i in range(n):
+        hi[i] = upper_bound(y[i], tau)
+    return box_cd(
+        X, np.arange(n), n, np.ones(n), lo, hi, beta, w, sqn, kappa, tol,
+        max_epochs, seed,
+    )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def primal_from_sets(X, state, beta, tau, kappa, w, s_l):
+    """w = kappa (sum_M beta y x + sum_L ub(tau) y x) and s_L = sum_L x, from scratch."""
+    indptr, indices, data, y = X
+    w[:] = 0.0
+    s_l[:] = 0.0
+    for i in range(len(y)):
+        if state[i] == M_SET:
+            _axpy_row(indptr, indices, data, i, kappa * beta[i] * y[i], w)
+        elif state[i] == L_SET:
+            _axpy_row(indptr, indices, data, i, kappa * upper_bound(y[i], tau) * y[i], w)
+            _axpy_row(indptr, indices, data, i, 1.0, s_l)
+
+
+@njit(cache=True, nogil=True)
+def gradient_all(X, w, g):
+    indptr, indices, data, y = X
+    for i in range(len(y)):
+        g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+
+
+@njit(cache=True, nogil=True)
+def _qmm_matvec(X, mlist, m, p, tmp, out):
+    """out = Q_MM p = Y_M X_M (X_M^T Y_M p); tmp is a zeroed d-vector, left zeroed."""
+    indptr, indices, data, y = X
+    for k in range(m):
+        i = mlist[k]
+        _axpy_row(indptr, indices, data, i, y[i] * p[k], tmp)
+    for k in range(m):
+        i = mlist[k]
+        out[k] = y[i] * _dot_row(indptr, indices, data, i, tmp)
+    for k in range(m):
+        i = mlist[k]
+        for q in range(indptr[i], indptr[i + 1]):
+            tmp[indices[q]] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def cg_solve(X, mlist, m, b, x, tmp, r, p, q, rtol, maxiter):
+    """Conjugate gradients for Q_MM x = b from the initial x given; returns iterations
+    and the final relative residual."""
+    _qmm_matvec(X, mlist, m, x, tmp, q)
+    bn = 0.0
+    rr = 0.0
+    for k in range(m):
+        r[k] = b[k] - q[k]
+        p[k] = r[k]
+        rr += r[k] * r[k]
+        bn += b[k] * b[k]
+    bn = np.sqrt(bn)
+    if bn == 0.0:
+        for k in range(m):
+            x[k] = 0.0
+        return 0, 0.0
+    it = 0
+    while it < maxiter and np.sqrt(rr) > rtol * bn:
+        _qmm_matvec(X, mlist, m, p, tmp, q)
+        pq = 0.0
+        for k in range(m):
+            pq += p[k] * q[k]
+        if pq <= 0.0:
+            break
+        a = rr / pq
+        rr_new = 0.0
+        for k in range(m):
+            x[k] += a * p[k]
+            r[k] -= a * q[k]
+            rr_new += r[k] * r[k]
+        beta_cg = rr_new / rr
+        rr = rr_new
+        for k in range(m):
+            p[k] = r[k] + beta_cg * p[k]
+        it += 1
+    return it, np.sqrt(rr) / bn
+
+
+@njit(cache=True, nogil=True)
+def resolve_margin(X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, z, lo, hi,
+                   tol, max_epochs):
+    """The KKT drift recovery: re-solve the dual over the margin multipliers beta_M
+    (L and R held at their bounds) by coordinate descent, then rebuild w and every
+    gradient exactly. Returns the epochs used."""
+    y = X[3]
+    primal_from_sets(X, state, beta, tau, kappa, w, s_l)
+    for k in range(m):
+        i = mlist[k]
+        z[k] = beta[i]
+        lo[k] = 0.0
+        hi[k] = upper_bound(y[i], tau)
+    _, epochs, _ = box_cd(
+        X, mlist, m, np.ones(m), lo, hi, z, w, sqn, kappa, tol, max_epochs, 1
+    )
+    for k in range(m):
+        beta[mlist[k]] = z[k]
+    primal_from_sets(X, state, beta, tau, kappa, w, s_l)
+    gradient_all(X, w, g)
+    return epochs
+
+
+@njit(cache=True, nogil=True)
+def _record_beta(mlist, m, beta, out, start, sortbuf):
+    for k in range(m):
+        sortbuf[k] = mlist[k]
+    srt = np.sort(sortbuf[:m])
+    for k in range(m):
+        out[start + k] = beta[srt[k]]
+
+
+@njit(cache=True, nogil=True)
+def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor,
+               btol):
+    """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
+
+    Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's step).
+    If that sends a multiplier sitting at a bound out of its box (a degenerate vertex:
+    an index that just joined M, ties, |M| above the rank), the direction solves the
+    directional QP  min 1/2 dbeta^T Q_MM dbeta - rhs^T dbeta  with dbeta >= 0 where
+    beta = 0 and dbeta <= -y where beta = ub, by an active set over those bounds (each
+    step a CG solve on the free part): the paper's zero-length pivots done inside one
+    direction, so ties cannot cycle. Returns (CG iterations, active-set steps)."""
+    indptr, indices, data, y = X
+    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
+    fl, pin, rhs, xf = F
+    cgmax = int(cg_factor * m) + 50
+    for k in range(m):
+        i = mlist[k]
+        b[k] = y[i] * _dot_row(indptr, indices, data, i, s_l)
+        x[k] = dbeta[i]
+        lo[k] = -np.inf
+        hi[k] = np.inf
+        if beta[i] <= btol:
+            lo[k] = 0.0
+        if upper_bound(y[i], tau) - beta[i] <= btol:
+            hi[k] = -y[i]
+        pin[k] = 0
+    it = 0
+    if m > 0:
+        it, _ = cg_solve(X, mlist, m, b, x, tmp, r, p, q, cg_rtol, cgmax)
+    steps = 0
+    while True:
+        # the worst box violation among free multipliers at a bound
+        worst, kw = 1e-9, -1
+        for k in range(m):
+            if pin[k] == 0:
+                v = max(lo[k] - x[k], x[k] - hi[k])
+                if v > worst:
+                    worst, kw = v, k
+        if kw < 0:
+            # free part feasible: release a pinned bound whose gradient pulls inside
+            _qmm_matvec(X, mlist, m, x, tmp, q)
+            worst, kw = 1e-9 * max(1.0, np.abs(b[:m]).max() if m > 0 else 1.0), -1
+            for k in range(m):
+                if pin[k] != 0:
+                    gk = q[k] - b[k]
+                    v = -gk if pin[k] == 1 else gk
+                    if v > worst:
+                        worst, kw = v, k
+            if kw < 0:
+                break
+            pin[kw] = 0
+        else:
+            pin[kw] = 1 if x[kw] < lo[kw] else 2
+            x[kw] = lo[kw] if pin[kw] == 1 else hi[kw]
+        steps += 1
+        if steps > 4 * m + 20:
+            break
+        # CG on the free multipliers with the pinned ones held at their bounds
+        nf = 0
+        for k in range(m):
+            if pin[k] == 0:
+                fl[nf] = mlist[k]
+                sortbuf[nf] = k
+                nf += 1
+            else:
+                _axpy_row(indptr, indices, data, mlist[k], y[mlist[k]] * x[k], tmp)
+        for j in range(nf):
+            k = sortbuf[j]
+            i = mlist[k]
+            rhs[j] = b[k] - y[i] * _dot_row(indptr, indices, data, i, tmp)
+            xf[j] = x[k]
+        for k in range(m):
+            if pin[k] != 0:
+                i = mlist[k]
+                for t in range(indptr[i], indptr[i + 1]):
+                    tmp[indices[t]] = 0.0
+        if nf > 0:
+            it2, _ = cg_solve(X, fl, nf, rhs, xf, tmp, r, p, q, cg_rtol, cgmax)
+            it += it2
+        for j in range(nf):
+            x[sortbuf[j]] = xf[j]
+    u[:] = 0.0
+    for k in range(m):
+        i = mlist[k]
+        _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
+    return it, steps
+
+
+@njit(cache=True, nogil=True)
+def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
+    """Follow the path from the state S until tau = 1, max_kinks new kinks, or full
+    buffers.
+
+    S = (state int8[n], beta[n], g[n], w[d], s_l[d], mlist int64[n], mpos int64[n],
+         dbeta[n] (last direction, per index), tau_left[n] (tau at which an index last
+         left M), scal[4] = (tau, |M|, zero steps at this tau, -), sqn[n]).
+    W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
+         kind int8[n] (where an M index goes at its event), lo[n], hi[n]).
+    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n]): active-set work.
+    O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
+         cidx int64[C], cto int8[C], cnt int64[10], diag[4]) with cnt = (kinks, b_used,
+         c_used, CG iterations, recoveries, zero steps, refreshes, degenerate
+         directions, active-set steps, -) and diag = (largest KKT drift on M, -, -, -).
+    tols = (event tie tolerance in tau, CG relative tolerance, drift threshold on g_M,
+            rate tolerance, refresh period in kinks, CG max iterations per |M|).
+    """
+    indptr, indices, data, y = X
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
+    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
+    pinned = F[1]
+    kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
+    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor = tols
+    refresh_every = int(refresh_f)
+    btol = 1e-12
+    n = len(y)
+    d = len(w)
+    new_kinks = 0
+    while True:
+        tau = scal[0]
+        m = int(scal[1])
+        if tau >= 1.0:
+            return DONE
+        if new_kinks >= max_kinks:
+            return CHUNK
+        kc = cnt[0]
+        if kc + 2 > len(kink_tau) or cnt[1] + n > len(bstore) or cnt[2] + 2 * n > len(
+            cidx
+        ):
+            return BUFFER_FULL
+        # 1. the direction on M
+        it, steps = _direction(
+            X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol
+        )
+        degenerate = steps > 0
+        cnt[3] += it
+        cnt[8] += steps
+        cnt[7] += degenerate
+        # 2. u = dw/dtau = kappa (X_M^T (y dbeta) - s_L)
+        for j in range(d):
+            u[j] = kappa * (u[j] - s_l[j])
+        for k in range(m):
+            dbeta[mlist[k]] = x[k]
+        # 3. events: N -> M from the gradients, M -> L / R from the boxes; after a
+        # degenerate direction, margin examples whose gradient moves off 0 leave now
+        step = 1.0 - tau
+        dmax = 0.0
+        for i in range(n):
+            if state[i] != M_SET or degenerate:
+                dg[i] = y[i] * _dot_row(indptr, indices, data, i, u)
+                dmax = max(dmax, abs(dg[i]))
+        dtol = rate_tol * max(1.0, dmax)
+        for i in range(n):
+            c = np.inf
+            s = state[i]
+            if s == L_SET:
+                if dg[i] > dtol:
+                    c = max(-g[i], 0.0) / dg[i]
+            elif s == R_SET:
+                if dg[i] < -dtol:
+                    c = max(g[i], 0.0) / -dg[i]
+            else:
+                db = dbeta[i]
+                ub = upper_bound(y[i], tau)
+                rate = db + y[i]  # d(beta - ub)/dtau
+                kind[i] = L_SET
+                if rate > rate_tol:
+                    c = max(ub - beta[i], 0.0) / rate
+                if db < -rate_tol:
+                    c0 = max(beta[i], 0.0) / -db
+                    if c0 < c:
+                        c = c0
+                        kind[i] = R_SET
+                pk = pinned[mpos[i]]
+                if pk != 0 and abs(dg[i]) > dtol:
+                    # held at its bound by the active set and its gradient moves
+                    # off zero: it leaves M now
+                    c = 0.0
+                    kind[i] = R_SET if pk == 1 else L_SET
+            if s != M_SET and c <= eps_tie and tau_left[i] == tau:
+                c = np.inf  # left M at this very tau: no zero-length re-entry
+            cand[i] = c
+            if c < step:
+                step = c
+        # 4. advance (a step within the tie tolerance is a zero step)
+        if step <= eps_tie:
+            step = 0.0
+        new_tau = tau + step
+        if new_tau >= 1.0:
+            new_tau = 1.0
+            step = 1.0 - tau
+        for k in range(m):
+            i = mlist[k]
+            beta[i] += step * dbeta[i]
+        for j in range(d):
+            w[j] += step * u[j]
+        for i in range(n):
+            if state[i] != M_SET:
+                g[i] += step * dg[i]
+        scal[0] = new_tau
+        # 5. apply every event within the tie tolerance
+        zero = step == 0.0
+        if zero:
+            cnt[5] += 1
+            scal[2] += 1
+            if scal[2] > 2 * n + 10:
+                return STALLED
+            kc -= 1  # same tau: extend the last kink, rewrite its beta record
+            cnt[1] = kink_bptr[kc]
+        else:
+            scal[2] = 0
+            kink_tau[kc] = new_tau
+            kink_cptr[kc] = cnt[2]
+            kink_bptr[kc] = cnt[1]
+        c_used = cnt[2]
+        if new_tau < 1.0:
+            lim = step + eps_tie
+            for i in range(n):
+                if cand[i] > lim:
+                    continue
+                s = state[i]
+                if s == M_SET:
+                    dest = kind[i]
+                    k = mpos[i]
+                    last = mlist[m - 1]
+                    mlist[k] = last
+                    mpos[last] = k
+                    mpos[i] = -1
+                    m -= 1
+                    state[i] = dest
+                    tau_left[i] = new_tau
+                    if dest == L_SET:
+                        beta[i] = upper_bound(y[i], new_tau)
+                        _axpy_row(indptr, indices, data, i, 1.0, s_l)
+                        g[i] = min(g[i], 0.0)
+                    else:
+                        beta[i] = 0.0
+                        g[i] = max(g[i], 0.0)
+                else:
+                    if s == L_SET:
+                        _axpy_row(indptr, indices, data, i, -1.0, s_l)
+                        beta[i] = upper_bound(y[i], new_tau)
+                    else:
+                        beta[i] = 0.0
+                    state[i] = M_SET
+                    g[i] = 0.0
+                    mlist[m] = i
+                    mpos[i] = m
+                    m += 1
+                    dbeta[i] = 0.0
+                cidx[c_used] = i
+                cto[c_used] = state[i]
+                c_used += 1
+        cnt[2] = c_used
+        scal[1] = m
+        # 6. refresh: exact w and gradients; re-solve beta_M if the KKT drifted
+        if (kc + 1) % refresh_every == 0 or new_tau >= 1.0:
+            cnt[6] += 1
+            primal_from_sets(X, state, beta, new_tau, kappa, w, s_l)
+            gradient_all(X, w, g)
+            drift = 0.0
+            for k in range(m):
+                drift = max(drift, abs(g[mlist[k]]))
+            diag[0] = max(diag[0], drift)
+            if drift > drift_tol:
+                cnt[8] += resolve_margin(
+                    X, sqn, state, beta, new_tau, kappa, w, s_l, g, mlist, m, x, lo,
+                    hi, eps_tie, 100000,
+                )  # fmt: skip
+                cnt[4] += 1
+            for k in range(m):
+                g[mlist[k]] = 0.0
+            for j in range(d):
+                if not np.isfinite(w[j]):
+                    return NOT_FINITE
+        # 7. record beta_M (sorted by index) at this kink
+        _record_beta(mlist, m, beta, bstore, cnt[1], sortbuf)
+        cnt[1] += m
+        kink_bptr[kc + 1] = cnt[1]
+        kink_cptr[kc + 1] = cnt[2]
+        if not zero:
+            new_kinks += 1
+        cnt[0] = kc + 1
+
+
+@njit(cache=True, nogil=True)
+def replay(state, cidx, cto, start, stop):
+    for c in range(start, stop):
+        state[cidx[c]] = cto[c]
+
+
+@njit(cache=True, nogil=True)
+def coef_from_state(X, state, beta_m, beta_next, tau, t, kappa, w):
+    """w at ``tau`` inside a segment: beta_M = (1 - t) beta_m + t beta_next over the
+    M indices in index order, ub(tau) on L."""
+    indptr, indices, data, y = X
+    w[:] = 0.0
+    k = 0
+    for i in range(len(y)):
+        s = state[i]
+        if s == M_SET:
+            bi = (1.0 - t) * beta_m[k] + t * beta_next[k]
+            _axpy_row(indptr, indices, data, i, kappa * bi * y[i], w)
+            k += 1
+        elif s == L_SET:
+            _axpy_row(indptr, indices, data, i, kappa * upper_bound(y[i], tau) * y[i], w)
+
+
+@njit(cache=True, nogil=True)
+def set_counts(state, cidx, cto, cptr, out):
+    """out[s, k] = number of indices in set s after kink k (state is consumed)."""
+    c = np.zeros(3, np.int64)
+    for i in range(len(state)):
+        c[state[i]] += 1
+    for k in range(len(cptr) - 1):
+        for j in range(cptr[k], cptr[k + 1]):
+            i = cidx[j]
+            c[state[i]] -= 1
+            state[i] = cto[j]
+            c[state[i]] += 1
+        for s in range(3):
+            out[s, k] = c[s]

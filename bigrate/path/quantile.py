@@ -1,0 +1,499 @@
+"""The entire quantile path of the asymmetric linear SVM (Yu et al. 2009, "DPF"), restated
+with its garbled conventions fixed in ``../shared/docs/algorithms.md`` sec. 2.
+
+For tau in [0, 1] the quantile SVM solves
+
+    min_w  lambda/2 ||w||^2 + sum_i c_i(tau) max(0, 1 - y_i w^T x_i),
+    c_i(tau) = 2 (1 - tau) / n  (y_i = +1),   2 tau / n  (y_i = -1),
+
+(tau = 1/2 is the usual SVM with the mean hinge loss; a bias is a constant feature).
+Its dual solution is piecewise linear in tau. :class:`QuantilePathSVC` solves tau = 0 once,
+then follows the dual from kink to kink (Alg. 1): each kink stores only the indices that
+changed set and the margin multipliers alpha_M, so memory is O(n + kinks |M|), and the
+classifier for any tau is recovered afterwards in O(nnz(X)) by interpolation.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from numbers import Integral, Real
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from bigrate._validation import binary_classes
+from bigrate.errors import BigrateWarning
+from bigrate.path import _quantile_kernels as K
+from bigrate.progress import Progress
+
+_ARRAYS = (
+    "kinks_", "_kink_bptr", "_bstore", "_kink_cptr", "_cidx", "_cto", "_ck_kink",
+    "_ck_cpos", "_ck_state", "_Xi", "_Xp", "_Xd", "_y", "_n_margin", "_n_error",
+    "_n_right",
+)  # fmt: skip
+
+
+class QuantilePathSVC(ClassifierMixin, BaseEstimator):
+    """Linear SVM for every quantile tau in [0, 1] from one fit (Yu et al. 2009, Alg. 1).
+
+    tau is the share of the misclassification cost put on false positives: the SVM at
+    tau minimises ``alpha/2 ||w||^2 + sum_i c_i(tau) hinge(y_i w^T x_i)`` with
+    ``c_i = 2 (1 - tau) / n`` for positives and ``2 tau / n`` for negatives, and its sign
+    estimates ``sign(P(y = +1 | x) - tau)``. Train once, then pick tau per user.
+
+    Parameters
+    ----------
+    alpha : float > 0, default 1e-4
+        The regulariser lambda (tau = 1/2 matches ``SGDClassifier(alpha=...)``'s hinge
+        objective).
+    fit_intercept : bool, default True
+        Append a constant feature ``intercept_scaling`` (regularised like the others, as
+        in the paper and LIBLINEAR).
+    intercept_scaling : float > 0, default 1.0
+    tau : float in [0, 1], default 0.5
+        The quantile used by ``predict`` / ``decision_function`` when none is given.
+    tol : float > 0, default 1e-11
+        Event tolerance: KKT tolerance of the initial solve, ties between events closer
+        than this in tau are taken together; conjugate gradients solve to tol too.
+    drift_tol : float > 0, default 1e-8
+        Every ``refresh_every`` kinks w and the gradients are recomputed exactly; if a
+        margin example's gradient has drifted further than this from 0 the margin
+        multipliers are re-solved (counted in ``diagnostics_["recoveries"]``).
+    refresh_every : int, default 50
+    max_kinks : int, default 5_000_000
+        Guard on the path length: a clear error rather than an endless fit.
+    progress : bool, default False
+        Show progress (tau reached, kinks) on stderr.
+
+    Attributes
+    ----------
+    kinks_ : ndarray of shape (n_kinks,)
+        The tau values where an index changes set (0 first, 1 last).
+    n_kinks_ : int
+    diagnostics_ : dict
+        Initial-solve epochs and violation, CG iterations, zero-length steps, refreshes,
+        recoveries, the largest KKT drift seen and path time.
+    coef_, intercept_ : the classifier at ``tau``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import QuantilePathSVC
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((200, 3)); y = np.where(X[:, 0] + 0.5 * rng.standard_normal(200) > 0, 1, -1)
+    >>> path = QuantilePathSVC(alpha=1e-2).fit(X, y)
+    >>> path.kinks_[0], path.kinks_[-1]
+    (0.0, 1.0)
+    >>> p_low, p_high = (path.predict(X, tau=t).mean() for t in (0.1, 0.9))
+    >>> bool(p_low > p_high)  # a higher false-positive cost predicts fewer positives
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "fit_intercept": ["boolean"],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
+        "tau": [Interval(Real, 0, 1, closed="both")],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "drift_tol": [Interval(Real, 0, None, closed="neither")],
+        "refresh_every": [Interval(Integral, 1, None, closed="left")],
+        "max_kinks": [Interval(Integral, 1, None, closed="left")],
+        "progress": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        *,
+        alpha=1e-4,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        tau=0.5,
+        tol=1e-11,
+        drift_tol=1e-8,
+        refresh_every=50,
+        max_kinks=5_000_000,
+        progress=False,
+    ):
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.tau = tau
+        self.tol = tol
+        self.drift_tol = drift_tol
+        self.refresh_every = refresh_every
+        self.max_kinks = max_kinks
+        self.progress = progress
+
+    # ------------------------------------------------------------------ fit
+    def _design(self, X) -> sp.csr_matrix:
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if self.fit_intercept:
+            col = np.full((X.shape[0], 1), float(self.intercept_scaling))
+            X = sp.hstack([X, sp.csr_matrix(col)], format="csr")
+        X.sort_indices()
+        return X
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Solve tau = 0, then follow the dual path to tau = 1.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), two classes (the larger is positive)
+        """
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+        yy = binary_classes(self, y)
+        Xc = self._design(X)
+        n, d = Xc.shape
+        kappa = 2.0 / (n * self.alpha)
+        Xt = (
+            Xc.indptr.astype(np.int64),
+            Xc.indices.astype(np.int64),
+            Xc.data,
+            yy,
+        )
+        t0 = time.perf_counter()
+        sqn = np.empty(n)
+        K.row_sq_norms(Xt[0], Xt[1], Xt[2], sqn)
+        beta, w = np.zeros(n), np.zeros(d)
+        status, epochs, viol = K.dcd_solve(
+            Xt, sqn, kappa, 0.0, beta, w, self.tol, 100_000, 0
+        )
+        if status != K.CONVERGED:
+            warnings.warn(
+                f"QuantilePathSVC: the initial solve at tau = 0 stopped after {epochs} "
+                f"epochs with KKT violation {viol:.2e} > tol = {self.tol:g}; the path "
+                "starts from an inexact point (raise tol or alpha)",
+                BigrateWarning,
+                stacklevel=2,
+            )
+        g = np.empty(n)
+        K.gradient_all(Xt, w, g)
+        gtol = max(self.tol * 100, 1e-9)
+        state = np.where(g < -gtol, K.L_SET, np.where(g > gtol, K.R_SET, K.M_SET))
+        state = state.astype(np.int8)
+        mlist = np.flatnonzero(state == K.M_SET).astype(np.int64)
+        m = len(mlist)
+        mlist = np.concatenate([mlist, np.zeros(n - m, np.int64)])
+        mpos = np.full(n, -1, np.int64)
+        mpos[mlist[:m]] = np.arange(m)
+        beta[state == K.R_SET] = 0.0
+        ub0 = np.where(yy > 0, 1.0, 0.0)
+        beta[state == K.L_SET] = ub0[state == K.L_SET]
+        s_l = np.zeros(d)
+        zbuf, lo, hi = np.zeros(n), np.zeros(n), np.zeros(n)
+        K.resolve_margin(
+            Xt, sqn, state, beta, 0.0, kappa, w, s_l, g, mlist, m, zbuf, lo, hi,
+            self.tol, 100_000,
+        )  # fmt: skip
+        g[mlist[:m]] = 0.0
+
+        scal = np.array([0.0, m, 0.0, 0.0])
+        S = (state, beta, g, w, s_l, mlist, mpos, np.zeros(n), np.full(n, -1.0), scal)
+        S += (sqn,)
+        W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
+        W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
+        W += (np.zeros(n, np.int8), lo, hi)
+        F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
+        cap_k = 1024
+        bufs = {
+            "kink_tau": np.zeros(cap_k),
+            "kink_bptr": np.zeros(cap_k + 1, np.int64),
+            "bstore": np.zeros(max(4 * n, 1024)),
+            "kink_cptr": np.zeros(cap_k + 1, np.int64),
+            "cidx": np.zeros(max(4 * n, 1024), np.int64),
+            "cto": np.zeros(max(4 * n, 1024), np.int8),
+        }
+        cnt = np.zeros(10, np.int64)
+        diag = np.zeros(4)
+        # kink 0: the initial solution, no changes
+        bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
+        bufs["kink_bptr"][1] = m
+        cnt[:2] = (1, m)
+        ck_kink, ck_cpos, ck_state = [0], [0], [state.copy()]
+        ck_every = max(256, n // 64)
+        tols = (
+            self.tol,
+            self.tol,
+            self.drift_tol,
+            1e-10,
+            float(self.refresh_every),
+            2.0,
+        )
+        bar = Progress("quantile path (tau x 1000)", total=1000, enabled=self.progress)
+        shown = 0
+        while True:
+            O = (
+                bufs["kink_tau"], bufs["kink_bptr"], bufs["bstore"],
+                bufs["kink_cptr"], bufs["cidx"], bufs["cto"], cnt, diag,
+            )  # fmt: skip
+            status = K.dpf_run(Xt, S, W, F, O, kappa, ck_every, tols)
+            now = int(scal[0] * 1000)
+            if now > shown:
+                bar.update(now - shown, extra=f"{cnt[0]} kinks, |M| = {int(scal[1])}")
+                shown = now
+            if status == K.DONE:
+                break
+            if status == K.CHUNK:
+                ck_kink.append(int(cnt[0]) - 1)
+                ck_cpos.append(int(cnt[2]))
+                ck_state.append(state.copy())
+            elif status == K.BUFFER_FULL:
+                _grow(bufs, cnt, n)
+            elif status == K.STALLED:
+                raise RuntimeError(
+                    f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
+                    f"tau = {scal[0]:.12g} (a degenerate cycle among tied examples); "
+                    "raise tol or add a little noise to duplicated rows"
+                )
+            elif status == K.NOT_FINITE:
+                raise FloatingPointError(
+                    f"QuantilePathSVC: non-finite weights at tau = {scal[0]:.12g}; "
+                    "the margin system is ill-conditioned: raise alpha"
+                )
+            if cnt[0] > self.max_kinks:
+                raise RuntimeError(
+                    f"QuantilePathSVC: the path passed max_kinks = {self.max_kinks} "
+                    f"kinks at tau = {scal[0]:.6g}; raise max_kinks (memory grows "
+                    "with kinks x |M|) or raise alpha"
+                )
+        bar.close(extra=f"{cnt[0]} kinks")
+        nk = int(cnt[0])
+        self.kinks_ = bufs["kink_tau"][:nk].copy()
+        self._kink_bptr = bufs["kink_bptr"][: nk + 1].copy()
+        self._bstore = bufs["bstore"][: cnt[1]].copy()
+        self._kink_cptr = bufs["kink_cptr"][: nk + 1].copy()
+        self._cidx = bufs["cidx"][: cnt[2]].copy()
+        self._cto = bufs["cto"][: cnt[2]].copy()
+        self._ck_kink = np.array(ck_kink, np.int64)
+        self._ck_cpos = np.array(ck_cpos, np.int64)
+        self._ck_state = np.stack(ck_state)
+        self._Xp, self._Xi, self._Xd, self._y = Xt
+        self._kappa = kappa
+        self._n_margin, self._n_error, self._n_right = _set_counts(
+            self._ck_state[0], self._cidx, self._cto, self._kink_cptr
+        )
+        self.n_kinks_ = nk
+        self.diagnostics_ = {
+            "init_epochs": int(epochs),
+            "init_violation": float(viol),
+            "cg_iterations": int(cnt[3]),
+            "recoveries": int(cnt[4]),
+            "zero_steps": int(cnt[5]),
+            "refreshes": int(cnt[6]),
+            "degenerate_directions": int(cnt[7]),
+            "active_set_steps": int(cnt[8]),
+            "max_kkt_drift": float(diag[0]),
+            "path_seconds": time.perf_counter() - t0,
+            "kink_storage_floats": int(cnt[1]),
+            "index_changes": int(cnt[2]),
+        }
+        self._set_tau_attributes(self.tau)
+        return self
+
+    # ------------------------------------------------------------- recovery
+    def _X(self):
+        return (self._Xp, self._Xi, self._Xd, self._y)
+
+    def _state_at_kink(self, k: int) -> np.ndarray:
+        c = int(np.searchsorted(self._ck_kink, k, side="right")) - 1
+        state = self._ck_state[c].copy()
+        K.replay(state, self._cidx, self._cto, self._ck_cpos[c], self._kink_cptr[k + 1])
+        return state
+
+    def _segment(self, tau: float):
+        """(state, beta_M at the segment start, beta_M at its end, t in [0, 1])."""
+        check_is_fitted(self, "kinks_")
+        tau = float(tau)
+        if not (0.0 <= tau <= 1.0):
+            raise ValueError(f"tau must be in [0, 1] to recover a solution; got {tau!r}")
+        nk = len(self.kinks_)
+        k = min(max(int(np.searchsorted(self.kinks_, tau, side="right")) - 1, 0), nk - 1)
+        state = self._state_at_kink(k)
+        b0 = self._bstore[self._kink_bptr[k] : self._kink_bptr[k + 1]]
+        if k == nk - 1:
+            return state, b0, b0, 0.0
+        members = np.flatnonzero(state == K.M_SET)
+        nxt = state.copy()
+        K.replay(nxt, self._cidx, self._cto, self._kink_cptr[k + 1], self._kink_cptr[k + 2])
+        t1 = self.kinks_[k + 1]
+        b1 = np.where(
+            nxt[members] == K.L_SET,
+            np.where(self._y[members] > 0, 1.0 - t1, t1),
+            0.0,
+        )
+        stay = nxt[members] == K.M_SET
+        if stay.any():
+            nxt_members = np.flatnonzero(nxt == K.M_SET)
+            vals = self._bstore[self._kink_bptr[k + 1] : self._kink_bptr[k + 2]]
+            b1[stay] = vals[np.searchsorted(nxt_members, members[stay])]
+        span = t1 - self.kinks_[k]
+        t = (tau - self.kinks_[k]) / span if span > 0 else 0.0
+        return state, b0, b1, min(max(t, 0.0), 1.0)
+
+    def _w_at(self, tau: float) -> np.ndarray:
+        state, b0, b1, t = self._segment(tau)
+        w = np.zeros(self._n_features_design)
+        K.coef_from_state(self._X(), state, b0, b1, float(tau), t, self._kappa, w)
+        return w
+
+    def dual_coef_at(self, tau: float) -> np.ndarray:
+        """The dual solution alpha(tau) (original scale: 0 <= alpha_i <= c_i(tau))."""
+        state, b0, b1, t = self._segment(tau)
+        n = len(self._y)
+        beta = np.zeros(n)
+        lmask = state == K.L_SET
+        beta[lmask] = np.where(self._y[lmask] > 0, 1.0 - tau, tau)
+        beta[state == K.M_SET] = (1.0 - t) * b0 + t * b1
+        return beta * 2.0 / n
+
+    def dual_objective_at(self, tau: float) -> float:
+        """D(alpha) = 1/(2 lambda) alpha^T Q alpha - sum(alpha) at tau (minimised)."""
+        alpha = self.dual_coef_at(tau)
+        w = self._w_at(tau)
+        return float(0.5 * self.alpha * (w @ w) - alpha.sum())
+
+    def coef_at(self, tau: float):
+        """(coef of shape (n_features,), intercept) of the SVM at ``tau``."""
+        w = self._w_at(tau)
+        if self.fit_intercept:
+            return w[:-1].copy(), float(w[-1] * self.intercept_scaling)
+        return w, 0.0
+
+    def _set_tau_attributes(self, tau):
+        coef, b = self.coef_at(tau)
+        self.coef_ = coef.reshape(1, -1)
+        self.intercept_ = np.array([b])
+
+    @property
+    def _n_features_design(self) -> int:
+        return self.n_features_in_ + int(bool(self.fit_intercept))
+
+    def decision_function(self, X, tau=None):
+        """Signed distance w(tau)^T x + b(tau); ``tau`` defaults to the ``tau`` parameter."""
+        check_is_fitted(self, "kinks_")
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        coef, b = self.coef_at(self.tau if tau is None else tau)
+        return np.asarray(X @ coef).ravel() + b
+
+    def predict(self, X, tau=None):
+        return self.classes_[(self.decision_function(X, tau) > 0).astype(int)]
+
+    # --------------------------------------------------------------- output
+    def path_summary(self) -> dict:
+        """Per kink: tau and the sizes of M (margin), L (error) and R (right)."""
+        check_is_fitted(self, "kinks_")
+        return {
+            "tau": self.kinks_.copy(),
+            "n_margin": self._n_margin.copy(),
+            "n_error": self._n_error.copy(),
+            "n_right": self._n_right.copy(),
+        }
+
+    def roc_path(self, X, y, taus=None) -> dict:
+        """TPR and TNR of the classifier at each tau (default 101 points on [0, 1]) on
+        (X, y); y in the classes seen in fit."""
+        check_is_fitted(self, "kinks_")
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        y = np.asarray(y)
+        unknown = np.setdiff1d(np.unique(y), self.classes_)
+        if len(unknown):
+            raise ValueError(
+                f"y holds labels {unknown[:5].tolist()} not seen in fit "
+                f"(classes {self.classes_.tolist()})"
+            )
+        pos = y == self.classes_[1]
+        taus = np.linspace(0.0, 1.0, 101) if taus is None else np.asarray(taus, float)
+        tpr, tnr = np.empty(len(taus)), np.empty(len(taus))
+        for j, t in enumerate(taus):
+            s = self.decision_function(X, tau=t) > 0
+            tpr[j] = s[pos].mean() if pos.any() else np.nan
+            tnr[j] = (~s[~pos]).mean() if (~pos).any() else np.nan
+        return {"tau": taus, "tpr": tpr, "tnr": tnr}
+
+    def plot_roc_path(self, X, y, path, *, taus=None, title=None) -> Path:
+        """TPR and TNR against tau as a PNG (the paper's Figure 2)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from bigrate.data.writer import atomic_write_bytes
+
+        r = self.roc_path(X, y, taus)
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot(r["tau"], r["tpr"], label="TPR (sensitivity)")
+        ax.plot(r["tau"], r["tnr"], label="TNR (specificity)")
+        ax.set_xlabel("tau (share of cost on false positives)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(title or f"quantile SVM path, {self.n_kinks_} kinks")
+        ax.legend(loc="center right")
+        fig.tight_layout()
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        return atomic_write_bytes(path, buf.getvalue())
+
+    # ---------------------------------------------------------- persistence
+    def save(self, path):
+        """Save the whole path (kinks, index changes, alpha_M, training rows) as npz + JSON."""
+        check_is_fitted(self, "kinks_")
+        from bigrate.io import save_model
+
+        arrays = {k: getattr(self, k) for k in _ARRAYS}
+        arrays["classes_"] = self.classes_
+        fitted = {
+            "n_features_in_": self.n_features_in_,
+            "n_kinks_": self.n_kinks_,
+            "diagnostics_": self.diagnostics_,
+            "_kappa": self._kappa,
+        }
+        return save_model(self, path, arrays=arrays, fitted=fitted)
+
+    def _restore(self, arrays, fitted):
+        for k, v in arrays.items():
+            setattr(self, k, v)
+        for k, v in fitted.items():
+            setattr(self, k, v)
+        self._set_tau_attributes(self.tau)
+
+
+def _grow(bufs: dict, cnt: np.ndarray, n: int) -> None:
+    need = {
+        "kink_tau": int(cnt[0]) + 2,
+        "bstore": int(cnt[1]) + n,
+        "cidx": int(cnt[2]) + 2 * n,
+    }
+    if len(bufs["kink_tau"]) < need["kink_tau"] + 1:
+        cap = 2 * len(bufs["kink_tau"])
+        for key in ("kink_tau", "kink_bptr", "kink_cptr"):
+            extra = 1 if key != "kink_tau" else 0
+            new = np.zeros(cap + extra, bufs[key].dtype)
+            new[: len(bufs[key])] = bufs[key]
+            bufs[key] = new
+    if len(bufs["bstore"]) < need["bstore"] + 1:
+        new = np.zeros(max(2 * len(bufs["bstore"]), need["bstore"] + 1))
+        new[: len(bufs["bstore"])] = bufs["bstore"]
+        bufs["bstore"] = new
+    if len(bufs["cidx"]) < need["cidx"] + 1:
+        cap = max(2 * len(bufs["cidx"]), need["cidx"] + 1)
+        for key in ("cidx", "cto"):
+            new = np.zeros(cap, bufs[key].dtype)
+            new[: len(bufs[key])] = bufs[key]
+            bufs[key] = new
+
+
+def _set_counts(state0, cidx, cto, cptr):
+    """|M|, |L|, |R| after each kink, by replaying the index changes once."""
+    nk = len(cptr) - 1
+    out = np.zeros((3, nk), np.int64)
+    K.set_counts(state0.copy(), cidx, cto, cptr, out)
+    return out[K.M_SET], out[K.L_SET], out[K.R_SET]
