@@ -30,6 +30,7 @@ CHUNK = 1  # max_kinks recorded in this call; call again
 BUFFER_FULL = 2  # grow the output buffers and call again
 STALLED = 3  # too many zero-length steps at one tau (a degenerate cycle)
 NOT_FINITE = 4  # a non-finite value appeared in the state
+PLATEAU = 5  # dw/dtau is ~0: check whether w stays optimal up to tau = 1
 
 # dcd_solve status
 CONVERGED = 0
@@ -60,8 +61,10 @@ def row_sq_norms(indptr, indices, data, out):
 
 
 @njit(cache=True, nogil=True)
-def upper_bound(y_i, tau):
-    return 1.0 - tau if y_i > 0 else tau
+def upper_bound(y_i, s_i, tau):
+    """Box of a (merged) example of weight s_i: s_i (1 - tau) if positive, s_i tau if
+    negative; its derivative in tau is -y_i s_i."""
+    return s_i * (1.0 - tau) if y_i > 0 else s_i * tau
 
 
 @njit(cache=True, nogil=True)
@@ -71,7 +74,7 @@ def box_cd(X, idx, m, lin, lo, hi, z, v, sqn, scale, tol, max_epochs, seed):
     passes v = v0 + scale sum_k y_k z_k x_k; it is kept up to date. The gradient of
     position k is y x^T v - lin_k. Stops when the largest projected gradient is below
     tol. Returns (status, epochs, violation)."""
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     np.random.seed(seed)
     order = np.arange(m)
     viol = np.inf
@@ -107,12 +110,12 @@ def box_cd(X, idx, m, lin, lo, hi, z, v, sqn, scale, tol, max_epochs, seed):
 def dcd_solve(X, sqn, kappa, tau, beta, w, tol, max_epochs, seed):
     """The dual at ``tau`` over every coordinate (in place on beta and w, where w must
     equal kappa sum beta y x on entry). Returns (status, epochs, violation)."""
-    y = X[3]
+    y, sw = X[3], X[4]
     n = len(y)
     lo = np.zeros(n)
     hi = np.empty(n)
     for i in range(n):
-        hi[i] = upper_bound(y[i], tau)
+        hi[i] = upper_bound(y[i], sw[i], tau)
     return box_cd(
         X, np.arange(n), n, np.ones(n), lo, hi, beta, w, sqn, kappa, tol,
         max_epochs, seed,
@@ -122,20 +125,27 @@ def dcd_solve(X, sqn, kappa, tau, beta, w, tol, max_epochs, seed):
 @njit(cache=True, nogil=True)
 def primal_from_sets(X, state, beta, tau, kappa, w, s_l):
     """w = kappa (sum_M beta y x + sum_L ub(tau) y x) and s_L = sum_L x, from scratch."""
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     w[:] = 0.0
     s_l[:] = 0.0
     for i in range(len(y)):
         if state[i] == M_SET:
             _axpy_row(indptr, indices, data, i, kappa * beta[i] * y[i], w)
         elif state[i] == L_SET:
-            _axpy_row(indptr, indices, data, i, kappa * upper_bound(y[i], tau) * y[i], w)
-            _axpy_row(indptr, indices, data, i, 1.0, s_l)
+            _axpy_row(
+                indptr,
+                indices,
+                data,
+                i,
+                kappa * upper_bound(y[i], sw[i], tau) * y[i],
+                w,
+            )
+            _axpy_row(indptr, indices, data, i, sw[i], s_l)
 
 
 @njit(cache=True, nogil=True)
 def gradient_all(X, w, g):
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     for i in range(len(y)):
         g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
 
@@ -143,7 +153,7 @@ def gradient_all(X, w, g):
 @njit(cache=True, nogil=True)
 def _qmm_matvec(X, mlist, m, p, tmp, out):
     """out = Q_MM p = Y_M X_M (X_M^T Y_M p); tmp is a zeroed d-vector, left zeroed."""
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     for k in range(m):
         i = mlist[k]
         _axpy_row(indptr, indices, data, i, y[i] * p[k], tmp)
@@ -196,18 +206,19 @@ def cg_solve(X, mlist, m, b, x, tmp, r, p, q, rtol, maxiter):
 
 
 @njit(cache=True, nogil=True)
-def resolve_margin(X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, z, lo, hi,
-                   tol, max_epochs):
+def resolve_margin(
+    X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, z, lo, hi, tol, max_epochs
+):
     """The KKT drift recovery: re-solve the dual over the margin multipliers beta_M
     (L and R held at their bounds) by coordinate descent, then rebuild w and every
     gradient exactly. Returns the epochs used."""
-    y = X[3]
+    y, sw = X[3], X[4]
     primal_from_sets(X, state, beta, tau, kappa, w, s_l)
     for k in range(m):
         i = mlist[k]
         z[k] = beta[i]
         lo[k] = 0.0
-        hi[k] = upper_bound(y[i], tau)
+        hi[k] = upper_bound(y[i], sw[i], tau)
     _, epochs, _ = box_cd(
         X, mlist, m, np.ones(m), lo, hi, z, w, sqn, kappa, tol, max_epochs, 1
     )
@@ -228,8 +239,7 @@ def _record_beta(mlist, m, beta, out, start, sortbuf):
 
 
 @njit(cache=True, nogil=True)
-def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor,
-               btol):
+def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol):
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
     Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's step).
@@ -239,7 +249,7 @@ def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor
     beta = 0 and dbeta <= -y where beta = ub, by an active set over those bounds (each
     step a CG solve on the free part): the paper's zero-length pivots done inside one
     direction, so ties cannot cycle. Returns (CG iterations, active-set steps)."""
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
     fl, pin, rhs, xf = F
     cgmax = int(cg_factor * m) + 50
@@ -251,8 +261,8 @@ def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor
         hi[k] = np.inf
         if beta[i] <= btol:
             lo[k] = 0.0
-        if upper_bound(y[i], tau) - beta[i] <= btol:
-            hi[k] = -y[i]
+        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
+            hi[k] = -y[i] * sw[i]
         pin[k] = 0
     it = 0
     if m > 0:
@@ -323,7 +333,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
 
     S = (state int8[n], beta[n], g[n], w[d], s_l[d], mlist int64[n], mpos int64[n],
          dbeta[n] (last direction, per index), tau_left[n] (tau at which an index last
-         left M), scal[4] = (tau, |M|, zero steps at this tau, -), sqn[n]).
+         left M), scal[4] = (tau, |M|, zero steps at this tau, tau of the last plateau check), sqn[n]).
     W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
          kind int8[n] (where an M index goes at its event), lo[n], hi[n]).
     F = (free list int64[n], pinned int8[n], rhs[n], x_free[n]): active-set work.
@@ -334,14 +344,15 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
     tols = (event tie tolerance in tau, CG relative tolerance, drift threshold on g_M,
             rate tolerance, refresh period in kinks, CG max iterations per |M|).
     """
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
     tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
     pinned = F[1]
     kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
     eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor = tols
     refresh_every = int(refresh_f)
-    btol = 1e-12
+    btol = 1e-9
+    gtol = 100.0 * drift_tol  # gradients this close to 0 are ties
     n = len(y)
     d = len(w)
     new_kinks = 0
@@ -353,8 +364,10 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         if new_kinks >= max_kinks:
             return CHUNK
         kc = cnt[0]
-        if kc + 2 > len(kink_tau) or cnt[1] + n > len(bstore) or cnt[2] + 2 * n > len(
-            cidx
+        if (
+            kc + 2 > len(kink_tau)
+            or cnt[1] + n > len(bstore)
+            or cnt[2] + 2 * n > len(cidx)
         ):
             return BUFFER_FULL
         # 1. the direction on M
@@ -364,12 +377,20 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         degenerate = steps > 0
         cnt[3] += it
         cnt[8] += steps
-        cnt[7] += degenerate
+        if degenerate:
+            cnt[7] += 1
         # 2. u = dw/dtau = kappa (X_M^T (y dbeta) - s_L)
         for j in range(d):
             u[j] = kappa * (u[j] - s_l[j])
         for k in range(m):
             dbeta[mlist[k]] = x[k]
+        un, sn = 0.0, 0.0
+        for j in range(d):
+            un = max(un, abs(u[j]))
+            sn = max(sn, kappa * abs(s_l[j]))
+        if un <= 1e-6 * sn and scal[3] != tau:
+            scal[3] = tau
+            return PLATEAU
         # 3. events: N -> M from the gradients, M -> L / R from the boxes; after a
         # degenerate direction, margin examples whose gradient moves off 0 leave now
         step = 1.0 - tau
@@ -384,14 +405,14 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
             s = state[i]
             if s == L_SET:
                 if dg[i] > dtol:
-                    c = max(-g[i], 0.0) / dg[i]
+                    c = 0.0 if g[i] > -gtol else -g[i] / dg[i]
             elif s == R_SET:
                 if dg[i] < -dtol:
-                    c = max(g[i], 0.0) / -dg[i]
+                    c = 0.0 if g[i] < gtol else g[i] / -dg[i]
             else:
                 db = dbeta[i]
-                ub = upper_bound(y[i], tau)
-                rate = db + y[i]  # d(beta - ub)/dtau
+                ub = upper_bound(y[i], sw[i], tau)
+                rate = db + y[i] * sw[i]  # d(beta - ub)/dtau
                 kind[i] = L_SET
                 if rate > rate_tol:
                     c = max(ub - beta[i], 0.0) / rate
@@ -459,16 +480,16 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
                     state[i] = dest
                     tau_left[i] = new_tau
                     if dest == L_SET:
-                        beta[i] = upper_bound(y[i], new_tau)
-                        _axpy_row(indptr, indices, data, i, 1.0, s_l)
+                        beta[i] = upper_bound(y[i], sw[i], new_tau)
+                        _axpy_row(indptr, indices, data, i, sw[i], s_l)
                         g[i] = min(g[i], 0.0)
                     else:
                         beta[i] = 0.0
                         g[i] = max(g[i], 0.0)
                 else:
                     if s == L_SET:
-                        _axpy_row(indptr, indices, data, i, -1.0, s_l)
-                        beta[i] = upper_bound(y[i], new_tau)
+                        _axpy_row(indptr, indices, data, i, -sw[i], s_l)
+                        beta[i] = upper_bound(y[i], sw[i], new_tau)
                     else:
                         beta[i] = 0.0
                     state[i] = M_SET
@@ -522,7 +543,7 @@ def replay(state, cidx, cto, start, stop):
 def coef_from_state(X, state, beta_m, beta_next, tau, t, kappa, w):
     """w at ``tau`` inside a segment: beta_M = (1 - t) beta_m + t beta_next over the
     M indices in index order, ub(tau) on L."""
-    indptr, indices, data, y = X
+    indptr, indices, data, y, sw = X
     w[:] = 0.0
     k = 0
     for i in range(len(y)):
@@ -532,7 +553,14 @@ def coef_from_state(X, state, beta_m, beta_next, tau, t, kappa, w):
             _axpy_row(indptr, indices, data, i, kappa * bi * y[i], w)
             k += 1
         elif s == L_SET:
-            _axpy_row(indptr, indices, data, i, kappa * upper_bound(y[i], tau) * y[i], w)
+            _axpy_row(
+                indptr,
+                indices,
+                data,
+                i,
+                kappa * upper_bound(y[i], sw[i], tau) * y[i],
+                w,
+            )
 
 
 @njit(cache=True, nogil=True)
@@ -549,3 +577,47 @@ def set_counts(state, cidx, cto, cptr, out):
             c[state[i]] += 1
         for s in range(3):
             out[s, k] = c[s]
+
+
+@njit(cache=True, nogil=True)
+def row_hashes(indptr, indices, data, y, out):
+    """A 64-bit FNV-1a hash of each row's label, indices and value bits."""
+    bits = data.view(np.int64)
+    for i in range(len(indptr) - 1):
+        h = np.uint64(14695981039346656037)
+        prime = np.uint64(1099511628211)
+        h = (h ^ np.uint64(1 if y[i] > 0 else 2)) * prime
+        for p in range(indptr[i], indptr[i + 1]):
+            h = (h ^ np.uint64(indices[p])) * prime
+            h = (h ^ np.uint64(bits[p])) * prime
+        out[i] = np.int64(h)
+
+
+@njit(cache=True, nogil=True)
+def merge_groups(indptr, indices, data, y, order, hashes, group):
+    """Rows sorted by hash (``order``): equal rows (same label hash and same entries as
+    the first row of their run) share a group id. Returns the number of groups."""
+    ng = 0
+    lead = -1
+    for t in range(len(order)):
+        i = order[t]
+        same = False
+        if lead >= 0 and hashes[i] == hashes[lead] and y[i] == y[lead]:
+            a0, a1 = indptr[lead], indptr[lead + 1]
+            b0, b1 = indptr[i], indptr[i + 1]
+            if a1 - a0 == b1 - b0:
+                same = True
+                for k in range(a1 - a0):
+                    if (
+                        indices[a0 + k] != indices[b0 + k]
+                        or data[a0 + k] != data[b0 + k]
+                    ):
+                        same = False
+                        break
+        if same:
+            group[i] = group[lead]
+        else:
+            lead = i
+            group[i] = ng
+            ng += 1
+    return ng

@@ -24,7 +24,11 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    check_is_fitted,
+    validate_data,
+)
 
 from bigrate._validation import binary_classes
 from bigrate.errors import BigrateWarning
@@ -33,8 +37,8 @@ from bigrate.progress import Progress
 
 _ARRAYS = (
     "kinks_", "_kink_bptr", "_bstore", "_kink_cptr", "_cidx", "_cto", "_ck_kink",
-    "_ck_cpos", "_ck_state", "_Xi", "_Xp", "_Xd", "_y", "_n_margin", "_n_error",
-    "_n_right",
+    "_ck_cpos", "_ck_state", "_Xi", "_Xp", "_Xd", "_y", "_sw", "_group",
+    "_row_weight", "_n_margin", "_n_error", "_n_right",
 )  # fmt: skip
 
 
@@ -60,11 +64,11 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
     tol : float > 0, default 1e-11
         Event tolerance: KKT tolerance of the initial solve, ties between events closer
         than this in tau are taken together; conjugate gradients solve to tol too.
-    drift_tol : float > 0, default 1e-8
+    drift_tol : float > 0, default 1e-11
         Every ``refresh_every`` kinks w and the gradients are recomputed exactly; if a
         margin example's gradient has drifted further than this from 0 the margin
         multipliers are re-solved (counted in ``diagnostics_["recoveries"]``).
-    refresh_every : int, default 50
+    refresh_every : int, default 10
     max_kinks : int, default 5_000_000
         Guard on the path length: a clear error rather than an endless fit.
     progress : bool, default False
@@ -114,8 +118,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         intercept_scaling=1.0,
         tau=0.5,
         tol=1e-11,
-        drift_tol=1e-8,
-        refresh_every=50,
+        drift_tol=1e-11,
+        refresh_every=10,
         max_kinks=5_000_000,
         progress=False,
     ):
@@ -139,24 +143,53 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         return X
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Solve tau = 0, then follow the dual path to tau = 1.
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : array-like of shape (n_samples,), two classes (the larger is positive)
+        sample_weight : array-like of shape (n_samples,), optional
+            Non-negative weights multiplying each example's cost c_i(tau).
+
+        Identical rows with the same label are merged into one weighted example first
+        (exact: the primal only sees their summed cost); on binary data such as a9a
+        this removes most ties that would otherwise make the path degenerate.
         """
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
         yy = binary_classes(self, y)
+        n_rows = X.shape[0]
+        sw = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        if (sw < 0).any() or not (sw > 0).any():
+            raise ValueError(
+                "sample_weight must be non-negative with at least one positive weight"
+            )
         Xc = self._design(X)
-        n, d = Xc.shape
-        kappa = 2.0 / (n * self.alpha)
+        group, ng = _merge_rows(Xc, yy, sw)
+        keep = np.zeros(ng, np.int64)
+        keep[group[::-1]] = np.arange(n_rows)[::-1]  # first row of each group
+        Xu = Xc[keep]
+        yu = yy[keep]
+        su = np.bincount(group, weights=sw, minlength=ng)
+        live = su > 0
+        if not live.all():  # groups of zero weight never enter the problem
+            remap = np.cumsum(live) - 1
+            group = np.where(live[group], remap[group], -1)
+            Xu, yu, su = Xu[live], yu[live], su[live]
+        if len(np.unique(yu)) < 2:
+            raise ValueError(
+                "both classes need a positive sample_weight; got weight only on "
+                f"class {self.classes_[int(yu[0] > 0)]!r}"
+            )
+        n, d = Xu.shape
+        kappa = 2.0 / (n_rows * self.alpha)
         Xt = (
-            Xc.indptr.astype(np.int64),
-            Xc.indices.astype(np.int64),
-            Xc.data,
-            yy,
+            Xu.indptr.astype(np.int64),
+            Xu.indices.astype(np.int64),
+            Xu.data,
+            yu,
+            su,
         )
         t0 = time.perf_counter()
         sqn = np.empty(n)
@@ -184,7 +217,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         mpos = np.full(n, -1, np.int64)
         mpos[mlist[:m]] = np.arange(m)
         beta[state == K.R_SET] = 0.0
-        ub0 = np.where(yy > 0, 1.0, 0.0)
+        ub0 = np.where(yu > 0, su, 0.0)
         beta[state == K.L_SET] = ub0[state == K.L_SET]
         s_l = np.zeros(d)
         zbuf, lo, hi = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -217,6 +250,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         bufs["kink_bptr"][1] = m
         cnt[:2] = (1, m)
         ck_kink, ck_cpos, ck_state = [0], [0], [state.copy()]
+        self._plateau_from = None
         ck_every = max(256, n // 64)
         tols = (
             self.tol,
@@ -224,7 +258,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             self.drift_tol,
             1e-10,
             float(self.refresh_every),
-            2.0,
+            10.0,
         )
         bar = Progress("quantile path (tau x 1000)", total=1000, enabled=self.progress)
         shown = 0
@@ -233,7 +267,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
                 bufs["kink_tau"], bufs["kink_bptr"], bufs["bstore"],
                 bufs["kink_cptr"], bufs["cidx"], bufs["cto"], cnt, diag,
             )  # fmt: skip
-            status = K.dpf_run(Xt, S, W, F, O, kappa, ck_every, tols)
+            chunk = max(1, min(ck_every, self.max_kinks + 1 - int(cnt[0])))
+            status = K.dpf_run(Xt, S, W, F, O, kappa, chunk, tols)
             now = int(scal[0] * 1000)
             if now > shown:
                 bar.update(now - shown, extra=f"{cnt[0]} kinks, |M| = {int(scal[1])}")
@@ -246,6 +281,11 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
                 ck_state.append(state.copy())
             elif status == K.BUFFER_FULL:
                 _grow(bufs, cnt, n)
+            elif status == K.PLATEAU:
+                _grow(bufs, cnt, n)
+                if _finish_on_plateau(Xt, S, bufs, cnt, kappa, self.tol):
+                    self._plateau_from = float(bufs["kink_tau"][cnt[0] - 2])
+                    break
             elif status == K.STALLED:
                 raise RuntimeError(
                     f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
@@ -264,6 +304,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
                     "with kinks x |M|) or raise alpha"
                 )
         bar.close(extra=f"{cnt[0]} kinks")
+        plateau = getattr(self, "_plateau_from", None)
         nk = int(cnt[0])
         self.kinks_ = bufs["kink_tau"][:nk].copy()
         self._kink_bptr = bufs["kink_bptr"][: nk + 1].copy()
@@ -274,7 +315,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         self._ck_kink = np.array(ck_kink, np.int64)
         self._ck_cpos = np.array(ck_cpos, np.int64)
         self._ck_state = np.stack(ck_state)
-        self._Xp, self._Xi, self._Xd, self._y = Xt
+        self._Xp, self._Xi, self._Xd, self._y, self._sw = Xt
+        self._group, self._row_weight = group, sw
         self._kappa = kappa
         self._n_margin, self._n_error, self._n_right = _set_counts(
             self._ck_state[0], self._cidx, self._cto, self._kink_cptr
@@ -293,13 +335,15 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             "path_seconds": time.perf_counter() - t0,
             "kink_storage_floats": int(cnt[1]),
             "index_changes": int(cnt[2]),
+            "merged_rows": int(n_rows - n),
+            "final_plateau_from": plateau,
         }
         self._set_tau_attributes(self.tau)
         return self
 
     # ------------------------------------------------------------- recovery
     def _X(self):
-        return (self._Xp, self._Xi, self._Xd, self._y)
+        return (self._Xp, self._Xi, self._Xd, self._y, self._sw)
 
     def _state_at_kink(self, k: int) -> np.ndarray:
         c = int(np.searchsorted(self._ck_kink, k, side="right")) - 1
@@ -312,20 +356,26 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "kinks_")
         tau = float(tau)
         if not (0.0 <= tau <= 1.0):
-            raise ValueError(f"tau must be in [0, 1] to recover a solution; got {tau!r}")
+            raise ValueError(
+                f"tau must be in [0, 1] to recover a solution; got {tau!r}"
+            )
         nk = len(self.kinks_)
-        k = min(max(int(np.searchsorted(self.kinks_, tau, side="right")) - 1, 0), nk - 1)
+        k = min(
+            max(int(np.searchsorted(self.kinks_, tau, side="right")) - 1, 0), nk - 1
+        )
         state = self._state_at_kink(k)
         b0 = self._bstore[self._kink_bptr[k] : self._kink_bptr[k + 1]]
         if k == nk - 1:
             return state, b0, b0, 0.0
         members = np.flatnonzero(state == K.M_SET)
         nxt = state.copy()
-        K.replay(nxt, self._cidx, self._cto, self._kink_cptr[k + 1], self._kink_cptr[k + 2])
+        K.replay(
+            nxt, self._cidx, self._cto, self._kink_cptr[k + 1], self._kink_cptr[k + 2]
+        )
         t1 = self.kinks_[k + 1]
         b1 = np.where(
             nxt[members] == K.L_SET,
-            np.where(self._y[members] > 0, 1.0 - t1, t1),
+            np.where(self._y[members] > 0, 1.0 - t1, t1) * self._sw[members],
             0.0,
         )
         stay = nxt[members] == K.M_SET
@@ -344,14 +394,17 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         return w
 
     def dual_coef_at(self, tau: float) -> np.ndarray:
-        """The dual solution alpha(tau) (original scale: 0 <= alpha_i <= c_i(tau))."""
+        """The dual solution alpha(tau) per training row (original scale, 0 <= alpha_i
+        <= c_i(tau); a merged group's multiplier is shared in proportion to weight)."""
         state, b0, b1, t = self._segment(tau)
-        n = len(self._y)
-        beta = np.zeros(n)
+        beta = np.zeros(len(self._y))
         lmask = state == K.L_SET
-        beta[lmask] = np.where(self._y[lmask] > 0, 1.0 - tau, tau)
+        ub = np.where(self._y > 0, 1.0 - tau, tau) * self._sw
+        beta[lmask] = ub[lmask]
         beta[state == K.M_SET] = (1.0 - t) * b0 + t * b1
-        return beta * 2.0 / n
+        g = self._group
+        share = np.where(g >= 0, self._row_weight / self._sw[np.maximum(g, 0)], 0.0)
+        return beta[np.maximum(g, 0)] * share * 2.0 / len(g)
 
     def dual_objective_at(self, tau: float) -> float:
         """D(alpha) = 1/(2 lambda) alpha^T Q alpha - sum(alpha) at tau (minimised)."""
@@ -469,7 +522,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
 def _grow(bufs: dict, cnt: np.ndarray, n: int) -> None:
     need = {
         "kink_tau": int(cnt[0]) + 2,
-        "bstore": int(cnt[1]) + n,
+        "bstore": int(cnt[1]) + 2 * n,
         "cidx": int(cnt[2]) + 2 * n,
     }
     if len(bufs["kink_tau"]) < need["kink_tau"] + 1:
@@ -497,3 +550,76 @@ def _set_counts(state0, cidx, cto, cptr):
     out = np.zeros((3, nk), np.int64)
     K.set_counts(state0.copy(), cidx, cto, cptr, out)
     return out[K.M_SET], out[K.L_SET], out[K.R_SET]
+
+
+def _merge_rows(Xc: sp.csr_matrix, y: np.ndarray, sw: np.ndarray):
+    """Group identical (row, label) pairs: (group id per row, number of groups)."""
+    n = Xc.shape[0]
+    h = np.empty(n, np.int64)
+    ip, ix = Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64)
+    K.row_hashes(ip, ix, Xc.data, y, h)
+    order = np.argsort(h, kind="stable")
+    group = np.empty(n, np.int64)
+    ng = K.merge_groups(ip, ix, Xc.data, y, order, h, group)
+    return group, int(ng)
+
+
+def _finish_on_plateau(Xt, S, bufs, cnt, kappa, tol) -> bool:
+    """Where dw/dtau vanishes, solve tau = 1 directly; if w(1) equals the current w,
+    w is optimal on the whole of [tau, 1] (the dual boxes are linear in tau, so the
+    interpolation of the two dual solutions is optimal in between) and the path ends
+    with one segment. Saves the many spurious kinks that a dual degenerate over a
+    large tie set (e.g. every negative on the margin of a constant classifier) makes.
+    Returns True if the path was finished."""
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
+    y, sw = Xt[3], Xt[4]
+    tau = float(scal[0])
+    n, d = len(y), len(w)
+    ub_a = np.where(y > 0, 1.0 - tau, tau) * sw
+    beta_a = np.where(state == K.L_SET, ub_a, np.where(state == K.R_SET, 0.0, beta))
+    w_a, tmp = np.zeros(d), np.zeros(d)
+    K.primal_from_sets(Xt, state, beta_a, tau, kappa, w_a, tmp)
+    ub_b = np.where(y > 0, 0.0, sw)
+    beta_b = np.minimum(beta_a, ub_b)
+    w_b = np.zeros(d)
+    K.primal_from_sets(Xt, np.full(n, K.M_SET, np.int8), beta_b, 1.0, kappa, w_b, tmp)
+    K.dcd_solve(Xt, sqn, kappa, 1.0, beta_b, w_b, tol, 100_000, 3)
+    if np.abs(w_b - w_a).max() > 1e-7 * max(1.0, np.abs(w_a).max()):
+        return False
+    g_b = np.empty(n)
+    K.gradient_all(Xt, w_b, g_b)
+    gtol = max(100 * tol, 1e-9)
+    state_b = np.where(g_b < -gtol, K.L_SET, np.where(g_b > gtol, K.R_SET, K.M_SET))
+    state_b = state_b.astype(np.int8)
+    seg = np.where(
+        (state == K.L_SET) & (state_b == K.L_SET),
+        K.L_SET,
+        np.where((state == K.R_SET) & (state_b == K.R_SET), K.R_SET, K.M_SET),
+    ).astype(np.int8)
+    kc = int(cnt[0])
+    # extend the last kink (at tau) to the segment's sets and rewrite its beta record
+    moved = np.flatnonzero(seg != state)
+    c0 = int(cnt[2])
+    bufs["cidx"][c0 : c0 + len(moved)] = moved
+    bufs["cto"][c0 : c0 + len(moved)] = seg[moved]
+    c1 = c0 + len(moved)
+    members = np.flatnonzero(seg == K.M_SET)
+    b0 = int(bufs["kink_bptr"][kc - 1])
+    bufs["bstore"][b0 : b0 + len(members)] = beta_a[members]
+    b1 = b0 + len(members)
+    bufs["kink_bptr"][kc] = b1
+    bufs["kink_cptr"][kc] = c1
+    # the final kink at tau = 1
+    moved = np.flatnonzero(state_b != seg)
+    bufs["cidx"][c1 : c1 + len(moved)] = moved
+    bufs["cto"][c1 : c1 + len(moved)] = state_b[moved]
+    c2 = c1 + len(moved)
+    members = np.flatnonzero(state_b == K.M_SET)
+    bufs["bstore"][b1 : b1 + len(members)] = beta_b[members]
+    bufs["kink_tau"][kc] = 1.0
+    bufs["kink_bptr"][kc + 1] = b1 + len(members)
+    bufs["kink_cptr"][kc + 1] = c2
+    cnt[0], cnt[1], cnt[2] = kc + 1, b1 + len(members), c2
+    state[:] = state_b
+    scal[0] = 1.0
+    return True

@@ -1,0 +1,201 @@
+"""QuantilePathSVC: the recovered solution at any tau is the optimum (against an
+independent L-BFGS-B solve of the dual), KKT holds, the path is continuous, and the
+bookkeeping (kinks, save/load, sparse vs dense, merged duplicates) is consistent."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize
+
+from bigrate import QuantilePathSVC, load_model
+
+
+def _data(n=160, d=4, seed=0, noise=0.8):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.where(X[:, 0] - 0.5 * X[:, 1] + noise * rng.standard_normal(n) > 0, 1, -1)
+    return X, y
+
+
+def _direct_dual(X, y, tau, lam):
+    """min 1/(2 lam) a^T Q a - sum(a), 0 <= a <= c(tau), by L-BFGS-B (bias column)."""
+    n = len(y)
+    Z = y[:, None] * np.hstack([X, np.ones((n, 1))])
+    Q = Z @ Z.T
+    c = np.where(y > 0, 2 * (1 - tau) / n, 2 * tau / n)
+
+    def f(a):
+        Qa = Q @ a
+        return 0.5 / lam * a @ Qa - a.sum(), Qa / lam - 1.0
+
+    r = minimize(
+        f,
+        np.zeros(n),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=list(zip(np.zeros(n), c)),
+        options={"ftol": 1e-15, "gtol": 1e-13, "maxiter": 50000},
+    )
+    return r.fun
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _data()
+    return X, y, QuantilePathSVC(alpha=1e-2).fit(X, y)
+
+
+def test_recovered_dual_matches_direct_solve_at_20_random_taus(fitted):
+    X, y, path = fitted
+    rng = np.random.default_rng(1)
+    for tau in rng.uniform(0, 1, 20):
+        ours = path.dual_objective_at(tau)
+        ref = _direct_dual(X, y, tau, 1e-2)
+        # the path is exact; L-BFGS-B is the looser of the two
+        assert ours <= ref + 1e-9
+        assert abs(ours - ref) <= 1e-6 * abs(ref), (tau, ours, ref)
+
+
+def test_kkt_conditions_hold_on_the_path(fitted):
+    X, y, path = fitted
+    n = len(y)
+    Xa = np.hstack([X, np.ones((n, 1))])
+    for tau in np.r_[np.random.default_rng(2).uniform(0, 1, 10), path.kinks_[5:8]]:
+        a = path.dual_coef_at(tau)
+        coef, b = path.coef_at(tau)
+        w = np.r_[coef, b]
+        # primal-dual link w = (1/lambda) sum a_i y_i x_i
+        np.testing.assert_allclose(w, (a * y) @ Xa / 1e-2, atol=1e-9)
+        c = np.where(y > 0, 2 * (1 - tau) / n, 2 * tau / n)
+        assert (a >= -1e-12).all() and (a <= c + 1e-12).all()
+        margin = y * (Xa @ w)
+        scale = c.max()
+        inside = (a > 1e-9 * scale) & (a < c - 1e-9 * scale)
+        assert np.abs(margin[inside] - 1).max() < 1e-7
+        assert (margin[a <= 1e-9 * scale] >= 1 - 1e-7).all()
+        assert (margin[a >= c - 1e-9 * scale] <= 1 + 1e-7).all()
+
+
+def test_path_is_continuous_at_kinks(fitted):
+    _, _, path = fitted
+    for k in range(1, min(len(path.kinks_) - 1, 40)):
+        t = path.kinks_[k]
+        left = path.kinks_[k - 1] + 0.999999 * (t - path.kinks_[k - 1])
+        wl = np.r_[path.coef_at(left)]
+        w0 = np.r_[path.coef_at(t)]
+        np.testing.assert_allclose(
+            np.r_[path.coef_at(left)[0], path.coef_at(left)[1]],
+            np.r_[path.coef_at(t)[0], path.coef_at(t)[1]],
+            atol=1e-5 * (1 + np.abs(w0).max()),
+        )
+        assert wl.shape == w0.shape
+
+
+def test_tpr_falls_and_tnr_rises_with_tau_on_training_data(fitted):
+    """The paper (Fig. 2) says TPR decreases 'but not necessarily strictly' with tau and
+    TNR rises. On training data that trend is not a theorem for a finite sample (the
+    hinge solution at a larger FP cost can still flip a point either way), so we check
+    the ends exactly and the trend with at most one example of slack per step."""
+    X, y, path = fitted
+    r = path.roc_path(X, y, taus=np.linspace(0, 1, 41))
+    n_pos, n_neg = (y > 0).sum(), (y < 0).sum()
+    assert r["tpr"][0] == 1.0 and r["tnr"][-1] == 1.0
+    assert (np.diff(r["tpr"]) <= 1.0 / n_pos + 1e-12).all()
+    assert (np.diff(r["tnr"]) >= -1.0 / n_neg - 1e-12).all()
+    assert r["tpr"][-5] < r["tpr"][5] and r["tnr"][-5] > r["tnr"][5]
+
+
+def test_sparse_and_dense_inputs_agree(fitted):
+    X, y, path = fitted
+    sparse = QuantilePathSVC(alpha=1e-2).fit(sp.csr_matrix(X), y)
+    np.testing.assert_array_equal(sparse.kinks_, path.kinks_)
+    for tau in (0.2, 0.5, 0.8):
+        np.testing.assert_allclose(sparse.coef_at(tau)[0], path.coef_at(tau)[0])
+        np.testing.assert_allclose(
+            sparse.decision_function(sp.csr_matrix(X), tau=tau),
+            path.decision_function(X, tau=tau),
+        )
+
+
+def test_duplicated_rows_are_merged_exactly():
+    X, y = _data(n=80, seed=3)
+    Xd, yd = np.vstack([X, X[:30]]), np.r_[y, y[:30]]
+    path = QuantilePathSVC(alpha=1e-2).fit(Xd, yd)
+    assert path.diagnostics_["merged_rows"] == 30
+    for tau in (0.1, 0.45, 0.9):
+        ref = _direct_dual(Xd, yd, tau, 1e-2)
+        assert abs(path.dual_objective_at(tau) - ref) <= 1e-6 * abs(ref)
+    # weight 2 on the first 30 rows is the same problem (costs are 2 w_i (1 - tau) / n
+    # with n the number of rows, hence the 80 / 110)
+    sw = np.r_[np.full(30, 2.0), np.ones(50)] * 80 / 110
+    weighted = QuantilePathSVC(alpha=1e-2).fit(X, y, sample_weight=sw)
+    for tau in (0.1, 0.45, 0.9):
+        np.testing.assert_allclose(
+            weighted.coef_at(tau)[0], path.coef_at(tau)[0], rtol=1e-7, atol=1e-9
+        )
+
+
+def test_path_summary_counts_add_up(fitted):
+    _, y, path = fitted
+    s = path.path_summary()
+    assert s["tau"][0] == 0.0 and s["tau"][-1] == 1.0
+    assert (np.diff(s["tau"]) > 0).all()
+    np.testing.assert_array_equal(s["n_margin"] + s["n_error"] + s["n_right"], len(y))
+    assert path.n_kinks_ == len(s["tau"])
+    assert path.diagnostics_["max_kkt_drift"] < 1e-6
+
+
+def test_predict_uses_tau_parameter_and_predicts_fewer_positives_as_tau_grows(fitted):
+    X, y, path = fitted
+    np.testing.assert_array_equal(path.predict(X), path.predict(X, tau=0.5))
+    rates = [(path.predict(X, tau=t) == 1).mean() for t in (0.05, 0.5, 0.95)]
+    assert rates[0] > rates[1] > rates[2]
+    assert set(np.unique(path.predict(X))) <= set(path.classes_)
+
+
+def test_save_load_round_trip(tmp_path, fitted):
+    X, _, path = fitted
+    path.save(tmp_path / "q")
+    back = load_model(tmp_path / "q")
+    for tau in (0.0, 0.33, 1.0):
+        np.testing.assert_array_equal(
+            back.decision_function(X, tau=tau), path.decision_function(X, tau=tau)
+        )
+    assert "pickle" not in (tmp_path / "q" / "model.json").read_text()
+
+
+def test_plot_writes_png(tmp_path, fitted):
+    X, y, path = fitted
+    out = path.plot_roc_path(X, y, tmp_path / "roc.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"alpha": 0.0}, "alpha"), ({"alpha": -1.0}, "alpha"), ({"tau": 1.5}, "tau")],
+)
+def test_bad_parameters(kwargs, match):
+    X, y = _data(n=20)
+    with pytest.raises(ValueError, match=match):
+        QuantilePathSVC(**kwargs).fit(X, y)
+
+
+def test_bad_input():
+    X, y = _data(n=40)
+    with pytest.raises(ValueError, match="exactly two classes"):
+        QuantilePathSVC().fit(X, np.ones(40))
+    Xn = X.copy()
+    Xn[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        QuantilePathSVC().fit(Xn, y)
+    path = QuantilePathSVC(alpha=1e-2).fit(X, y)
+    with pytest.raises(ValueError, match=r"tau must be in \[0, 1\]"):
+        path.coef_at(1.2)
+    with pytest.raises(ValueError, match="sample_weight"):
+        QuantilePathSVC().fit(X, y, sample_weight=-np.ones(40))
+
+
+def test_max_kinks_guard_has_a_clear_message():
+    X, y = _data(n=120)
+    with pytest.raises(RuntimeError, match="max_kinks"):
+        QuantilePathSVC(alpha=1e-2, max_kinks=3).fit(X, y)
