@@ -91,7 +91,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((200, 3)); y = np.where(X[:, 0] + 0.5 * rng.standard_normal(200) > 0, 1, -1)
     >>> path = QuantilePathSVC(alpha=1e-2).fit(X, y)
-    >>> path.kinks_[0], path.kinks_[-1]
+    >>> float(path.kinks_[0]), float(path.kinks_[-1])
     (0.0, 1.0)
     >>> p_low, p_high = (path.predict(X, tau=t).mean() for t in (0.1, 0.9))
     >>> bool(p_low > p_high)  # a higher false-positive cost predicts fewer positives
