@@ -11,7 +11,11 @@ from bigrate.io import load_model
 from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
 from bigrate.model_selection import NPSearchCV
-from bigrate.path import AUMLinearClassifier, QuantilePathSVC
+from bigrate.path import (
+    AUMLinearClassifier,
+    QuantilePathSVC,
+    RateConstrainedClassifier,
+)
 
 __version__ = "0.1.0"
 
@@ -27,6 +31,7 @@ __all__ = [
     "NPSearchCV",
     "QValueSGD",
     "QuantilePathSVC",
+    "RateConstrainedClassifier",
     "ShardedDataset",
     "load_model",
     "__version__",

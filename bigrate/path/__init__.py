@@ -1,4 +1,5 @@
-"""Paths and line searches: the quantile-SVM path (Yu et al.) and the exact AUM/AUC line
+"""Paths and line searches: the quantile-SVM path (Yu et al.), dataset
+constraints (Goh et al.) and the exact AUM/AUC line
 search (Fowler and Hocking)."""
 
 from bigrate.path.aum import (
@@ -11,9 +12,15 @@ from bigrate.path.aum import (
     plot_line_search,
 )
 from bigrate.path.quantile import QuantilePathSVC
+from bigrate.path.rate_constrained import (
+    RateConstrainedClassifier,
+    plot_target_vs_achieved,
+)
 
 __all__ = [
     "QuantilePathSVC",
+    "RateConstrainedClassifier",
+    "plot_target_vs_achieved",
     "AUMLinearClassifier",
     "Breakpoints",
     "LineSearchResult",
