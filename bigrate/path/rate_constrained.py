@@ -363,7 +363,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         solve = self._solver
 
         def at(v):
-            A = A0 + sum(vj * Aj for vj, (Aj, _) in zip(v, bounds))
+            A = A0 + sum(vj * Aj for vj, (Aj, _) in zip(v, bounds, strict=True))
             w = solve(A)
             z = np.asarray(solve.X @ w).ravel()
             g = np.array([_hinge_terms(Aj, z) + cj for Aj, cj in bounds])

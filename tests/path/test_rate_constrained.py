@@ -219,7 +219,7 @@ def test_bad_input_is_caught_before_training():
             X, y, groups=g
         )
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
-        positive_rate(group="A") >= 1.5
+        _ = positive_rate(group="A") >= 1.5
     with pytest.raises(ValueError, match="churn needs baseline"):
         churn(baseline=None)
     with pytest.raises(ValueError, match="empty"):
