@@ -7,8 +7,9 @@ n = 10,000 (20 Gaussian features, noisy linear labels) and a9a subsamples: numbe
 against n log n, path time, the time to recover one tau, and the mean time of one
 scikit-learn LinearSVC solve with the matching class weights (tau in 0.1, 0.5, 0.9), in
 the same run. Ratios: path / LinearSVC (the paper's Python DPF: 2,800x-3,600x LIBLINEAR)
-and LinearSVC / recovery (goal >= 20). a9a fits run in a subprocess with a time limit
-because its one-hot features make large tie sets (see BENCHMARKS.md).
+and LinearSVC / recovery (goal >= 20). a9a and synthetic fits run in a subprocess with a
+time limit: one-hot ties (a9a) and a slow degenerate start at tau = 0 (Gaussian data)
+can stall them (see BENCHMARKS.md).
 
 Writes benchmarks/out/quantile.json.
 """
@@ -97,15 +98,28 @@ def measure(X, y, alpha):
     }
 
 
-def _a9a_child(n, alpha):
-    X, y = a9a()
-    idx = np.random.default_rng(0).permutation(X.shape[0])[:n]
-    print(json.dumps(measure(X[idx], y[idx], alpha)))
+def _child(name, n, alpha):
+    if name == "a9a":
+        X, y = a9a()
+        idx = np.random.default_rng(0).permutation(X.shape[0])[:n]
+        X, y = X[idx], y[idx]
+    else:
+        X, y = synthetic(n)
+    print(json.dumps(measure(X, y, alpha)))
+
+
+def _limited(name, n, limit):
+    cmd = [sys.executable, __file__, "--child", name, str(n), "1e-3"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return {"n": n, "alpha": 1e-3, "finished": False, "time_limit_s": limit}
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "--a9a-child":
-        _a9a_child(int(sys.argv[2]), float(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
         return
     quick = "--quick" in sys.argv
     out = {"spambase": [], "synthetic": [], "a9a": []}
@@ -116,23 +130,17 @@ def main():
         r = measure(X[idx], y[idx], 1e-3)
         out["spambase"].append(r)
         print("spambase", json.dumps(r), flush=True)
+    limit = 60 if quick else 300
     for n in [2000] if quick else [2000, 10_000]:
-        Xs, ys = synthetic(n)
-        r = measure(Xs, ys, 1e-3)
+        r = _limited("synthetic", n, limit)
         out["synthetic"].append(r)
         print("synthetic", json.dumps(r), flush=True)
-    limit = 60 if quick else 300
     for n in [500, 1000] if quick else [500, 1000, 2000, 4000]:
-        cmd = [sys.executable, __file__, "--a9a-child", str(n), "1e-3"]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-        except subprocess.TimeoutExpired:
-            r = {"n": n, "alpha": 1e-3, "finished": False, "time_limit_s": limit}
+        r = _limited("a9a", n, limit)
         out["a9a"].append(r)
         print("a9a", json.dumps(r), flush=True)
     for name in ("spambase", "synthetic"):
-        rs = out[name]
+        rs = [r for r in out[name] if "kinks" in r]
         if len(rs) > 1:
             ln = np.log([r["n"] for r in rs])
             out[f"{name}_kinks_loglog_slope"] = float(
