@@ -73,7 +73,7 @@ def main():
         eg = ExponentiatedGradient(
             LogisticRegression(max_iter=1000),
             DemographicParity(ratio_bound=kappa),
-        ).fit(X, y, sensitive_features=sex)
+        ).fit(X, (y > 0).astype(int), sensitive_features=sex)
         fit_s = time.perf_counter() - t
         p, pt = eg.predict(X, random_state=0) == 1, eg.predict(Xt, random_state=0) == 1
         r = {
