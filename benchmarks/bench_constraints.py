@@ -73,9 +73,10 @@ def main():
         eg = ExponentiatedGradient(
             LogisticRegression(max_iter=1000),
             DemographicParity(ratio_bound=kappa),
-        ).fit(X, (y > 0).astype(int), sensitive_features=sex)
+        ).fit(X.toarray(), (y > 0).astype(int), sensitive_features=sex)  # dense only
         fit_s = time.perf_counter() - t
-        p, pt = eg.predict(X, random_state=0) == 1, eg.predict(Xt, random_state=0) == 1
+        p = eg.predict(X.toarray(), random_state=0) == 1
+        pt = eg.predict(Xt.toarray(), random_state=0) == 1
         r = {
             "kappa": kappa,
             "fit_s": fit_s,
