@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +65,20 @@ def random_svmlight(
     return write_svmlight_text(path, lines)
 
 
+def default_sigint() -> None:
+    """Child pre-exec hook: SIGINT back to its default action. A test run started in the
+    background by a non-interactive shell inherits SIGINT *ignored*, and Python then
+    installs no KeyboardInterrupt handler, so Ctrl-C tests would see it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_cli(*args, **kw) -> subprocess.Popen:
     """Start the real `bigrate` command in the background (stdout/stderr piped)."""
     return subprocess.Popen(
         [sys.executable, "-m", "bigrate.cli", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
         **kw,
     )
 

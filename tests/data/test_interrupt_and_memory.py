@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bigrate.data import ShardedDataset
-from tests.conftest import run_cli
+from tests.conftest import default_sigint, run_cli
 
 
 def _start_synth(out, rows=3_000_000):
@@ -32,7 +32,9 @@ def _start_synth(out, rows=3_000_000):
         str(out),
         "--quiet",
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint
+    )
 
 
 def _wait_for_parts(parent, name, proc, timeout=120):
