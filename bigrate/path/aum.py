@@ -351,11 +351,9 @@ def plot_line_search(
 ):
     """AUM and AUC against the step size for one line search (PNG), like the paper's
     Figures 3-4; with the breakpoints and predictions, a brute-force check is overlaid."""
-    import matplotlib
+    from bigrate._plot import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     s = result.step_sizes
     top = s[-1] * 1.2 if s[-1] > 0 else 1.0
     grid = np.linspace(0, top, 400)
@@ -377,7 +375,4 @@ def plot_line_search(
     a1.set_title(
         f"line search ({result.variant}): {result.intersections} intersections"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

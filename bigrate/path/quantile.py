@@ -472,28 +472,17 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
 
     def plot_roc_path(self, X, y, path, *, taus=None, title=None) -> Path:
         """TPR and TNR against tau as a PNG (the paper's Figure 2)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from bigrate.data.writer import atomic_write_bytes
+        from bigrate._plot import pyplot, save_png
 
         r = self.roc_path(X, y, taus)
-        fig, ax = plt.subplots(figsize=(5, 3.5))
+        fig, ax = pyplot().subplots(figsize=(5, 3.5))
         ax.plot(r["tau"], r["tpr"], label="TPR (sensitivity)")
         ax.plot(r["tau"], r["tnr"], label="TNR (specificity)")
         ax.set_xlabel("tau (share of cost on false positives)")
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(title or f"quantile SVM path, {self.n_kinks_} kinks")
         ax.legend(loc="center right")
-        fig.tight_layout()
-        import io
-
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        plt.close(fig)
-        return atomic_write_bytes(path, buf.getvalue())
+        return save_png(fig, path)
 
     # ---------------------------------------------------------- persistence
     def save(self, path):

@@ -14,26 +14,16 @@ import html
 import json
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from bigrate._plot import pyplot, save_png
+from bigrate.data.reader import ShardedDataset
+from bigrate.io import load_model
+from bigrate.metrics import roc_points
+from bigrate.runner.rundir import RunDir
+from bigrate.runner.status import format_metrics
 
-from bigrate.data.reader import ShardedDataset  # noqa: E402
-from bigrate.io import load_model  # noqa: E402
-from bigrate.metrics import roc_points  # noqa: E402
-from bigrate.runner.rundir import RunDir  # noqa: E402
-from bigrate.runner.status import format_metrics  # noqa: E402
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+plt = pyplot()
 
 
 def plot_roc(
@@ -57,7 +47,7 @@ def plot_roc(
     ax.set_title(f"ROC on the {split} split")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_history(
@@ -79,7 +69,7 @@ def plot_history(
     a2.set_ylabel("multiplier lambda")
     a2.set_yscale("log")
     a2.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def _lab(v) -> str:
@@ -143,7 +133,7 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
     ax.set_title(
         f"sweep: {sel} per point (best {b[sel]:.4g} at {b['params']})", fontsize=8
     )
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def make_report(run_path) -> Path:
