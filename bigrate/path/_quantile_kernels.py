@@ -239,7 +239,7 @@ def _record_beta(mlist, m, beta, out, start, sortbuf):
 
 
 @njit(cache=True, nogil=True)
-def _direction(X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol):
+def _direction(X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol):
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
     Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's step).
@@ -372,7 +372,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
             return BUFFER_FULL
         # 1. the direction on M
         it, steps = _direction(
-            X, sqn, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol
+            X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol
         )
         degenerate = steps > 0
         cnt[3] += it

@@ -18,7 +18,6 @@ from the previous iterate, so from a feasible start the ramp objective never inc
 
 from __future__ import annotations
 
-import io
 import warnings
 from numbers import Integral, Real
 from pathlib import Path
@@ -480,48 +479,42 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
 
 class _InnerSolver:
     """Weighted hinge SVM with margin 1/2 for per-(row, label) weights A (2 x n), by
-    exact dual coordinate descent, warm-started across calls."""
+    exact dual coordinate descent, warm-started across calls. The design is stacked
+    once as [X; X] with labels -1 then +1, so example (label, row) is stacked row
+    label * n + row and a call selects rows by index instead of copying them."""
 
     def __init__(self, X: sp.csr_matrix, alpha: float, tol: float):
         self.X, self.alpha, self.tol = X, alpha, tol
         n = X.shape[0]
-        self.sqn = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-        self.dual = np.zeros((2, n))
-        self.ip = X.indptr.astype(np.int64)
-        self.ix = X.indices.astype(np.int64)
-
-    def __call__(self, A):
-        n = self.X.shape[0]
-        w = np.zeros(self.X.shape[1])
-        rows, labs = [], []
-        for lab, sign in ((0, -1.0), (1, 1.0)):
-            r = np.flatnonzero(A[lab] > 0)
-            rows.append(r)
-            labs.append(np.full(len(r), sign))
-        rows = np.concatenate(rows)
-        y = np.concatenate(labs)
-        li = (y > 0).astype(int)
-        hi = A[li, rows]
-        z = np.minimum(self.dual[li, rows], hi)
-        # the stacked problem: example k is row rows[k] with label y[k]
-        Xs = self.X[rows]
-        Xt = (
+        Xs = sp.vstack([X, X], format="csr")
+        self.design = (
             Xs.indptr.astype(np.int64),
             Xs.indices.astype(np.int64),
             Xs.data,
-            y,
-            np.ones(len(y)),
+            np.r_[-np.ones(n), np.ones(n)],
+            np.ones(2 * n),
         )
-        sqn = self.sqn[rows]
+        sqn = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        self.sqn = np.r_[sqn, sqn]
+        self.dual = np.zeros(2 * n)
+
+    def __call__(self, A):
+        hi_all = A.ravel()  # row 0 of A: label -1, row 1: label +1, as stacked
+        idx = np.flatnonzero(hi_all > 0)
+        hi = hi_all[idx]
+        z = np.minimum(self.dual[idx], hi)
         scale = 1.0 / self.alpha
-        w = scale * np.asarray(Xs.T @ (y * z)).ravel()
+        n = self.X.shape[0]
+        signed = np.zeros(n)  # sum over labels of y z per row
+        np.add.at(signed, idx % n, np.where(idx >= n, z, -z))
+        w = scale * np.asarray(self.X.T @ signed).ravel()
+        m = len(idx)
         QK.box_cd(
-            Xt, np.arange(len(y)), len(y), np.full(len(y), 0.5), np.zeros(len(y)), hi,
-            z, w, sqn, scale, self.tol, 2_000, 0,
+            self.design, idx, m, np.full(m, 0.5), np.zeros(m), hi, z, w, self.sqn,
+            scale, self.tol, 2_000, 0,
         )  # fmt: skip
         self.dual[:] = 0.0
-        self.dual[li, rows] = z
-        del n
+        self.dual[idx] = z
         return w
 
 
@@ -529,15 +522,10 @@ def plot_target_vs_achieved(records, path, *, xlabel="target", ylabel="achieved"
                             title=None) -> Path:  # fmt: skip
     """records: dicts with "target" and any of "train", "test" (achieved values);
     draws achieved against target with the y = x line (as in Goh et al., Figs. 2-3)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from bigrate.data.writer import atomic_write_bytes
+    from bigrate._plot import pyplot, save_png
 
     t = np.array([r["target"] for r in records])
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    fig, ax = pyplot().subplots(figsize=(4.5, 3.5))
     ax.plot(t, t, ":", color="grey", label="target")
     for key in ("train", "test"):
         if all(key in r for r in records):
@@ -547,8 +535,4 @@ def plot_target_vs_achieved(records, path, *, xlabel="target", ylabel="achieved"
     if title:
         ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return save_png(fig, path)
