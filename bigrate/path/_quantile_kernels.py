@@ -76,12 +76,16 @@ def box_cd(X, idx, m, lin, lo, hi, z, v, sqn, scale, tol, max_epochs, seed,
     position k is y x^T v - lin_k. Stops when the largest projected gradient is below
     tol. With ``shrink``, coordinates pinned at a bound whose gradient points out of
     the box by more than last epoch's largest violation leave the active set (as in
-    LIBLINEAR); convergence is always confirmed by a pass over every coordinate.
+    LIBLINEAR); convergence is always confirmed by a pass over every coordinate, and
+    after two confirmations that fail, shrinking is switched off (it can otherwise
+    keep dropping a coordinate that the others keep pushing off its bound).
     Returns (status, epochs, violation)."""
     indptr, indices, data, y, sw = X
     np.random.seed(seed)
     order = np.arange(m)
     active = m
+    failed = 0  # confirmations that found violations
+    confirming = False
     bound_out = np.inf  # shrinking threshold: last epoch's largest violation
     viol = np.inf
     for epoch in range(max_epochs):
@@ -123,7 +127,12 @@ def box_cd(X, idx, m, lin, lo, hi, z, v, sqn, scale, tol, max_epochs, seed,
                 return CONVERGED, epoch + 1, viol
             active = m  # confirm on every coordinate
             bound_out = np.inf
+            confirming = True
         else:
+            if confirming:
+                failed += 1
+                shrink = shrink and failed < 2
+                confirming = False
             bound_out = viol
     return MAX_EPOCHS, max_epochs, viol
 

@@ -25,12 +25,14 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate._validation import binary_classes
 from bigrate.constraints import Constraint, Expr, Subset
+from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
+from bigrate.linear.sgd import _is_dataset
 from bigrate.path import _quantile_kernels as QK
 
 
@@ -38,60 +40,194 @@ def ramp(t):
     return np.clip(0.5 + t, 0.0, 1.0)
 
 
-class _Data:
-    """Every dataset stacked into one CSR (bias column appended), with row ranges."""
+def _with_bias(X, scaling: float) -> sp.csr_matrix:
+    col = sp.csr_matrix(np.full((X.shape[0], 1), float(scaling)))
+    out = sp.hstack([sp.csr_matrix(X, dtype=np.float64), col], format="csr")
+    out.sort_indices()
+    return out
 
-    def __init__(self, X, y, groups, datasets, intercept_scaling):
-        blocks, self.ranges, self.labels, self.groups, self.raw = [], {}, {}, {}, {}
-        start = 0
-        items = [("train", {"X": X, "y": y, "groups": groups})]
+
+class _MemoryPart:
+    """A dataset held in memory: one block."""
+
+    cached = True
+
+    def __init__(self, name, X, y, groups, scaling):
+        X = (
+            sp.csr_matrix(X, dtype=np.float64)
+            if sp.issparse(X)
+            else np.asarray(X, dtype=np.float64)
+        )
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise ValueError(f"dataset {name!r} is empty or not 2-D")
+        vals = X.data if sp.issparse(X) else X
+        if not np.isfinite(vals).all():
+            raise ValueError(f"dataset {name!r} contains NaN or infinity")
+        self.raw, self.n, self.n_features = X, X.shape[0], X.shape[1]
+        self.labels = None if y is None else np.asarray(y, float)
+        self.groups = None if groups is None else np.asarray(groups)
+        self.X = _with_bias(X, scaling)
+
+    def blocks(self):
+        yield np.arange(self.n), self.X, True
+
+    def baseline_positive(self, model) -> np.ndarray:
+        return np.asarray(model.decision_function(self.raw)).ravel() > 0
+
+
+class _ShardPart:
+    """A split of a ShardedDataset, streamed in blocks; its rows are numbered
+    positives first, then negatives, each in file order. Per-row labels and groups
+    are kept in memory, and the blocks too if all of them (with the solver's stacked
+    copy, 3x their size) fit in ``cache_mb``."""
+
+    cached = False
+
+    def __init__(self, name, ds, split, scaling, batch_rows, cache_mb):
+        ds = ds if isinstance(ds, ShardedDataset) else ShardedDataset(ds)
+        if not ds.files(split):
+            raise ValueError(f"dataset {name!r}: {ds.path} has no rows in split "
+                             f"{split!r}")  # fmt: skip
+        self.ds, self.split, self.scaling, self.batch = ds, split, scaling, batch_rows
+        self.n_features = ds.n_features
+        self.budget = cache_mb * 2**20
+        self.kept = None  # every block, once they are known to fit in the budget
+        self.n_pos = ds.class_counts(split)["pos"]
+        ys, gs = [], []
+        for cls in ("pos", "neg"):  # the row order of this dataset
+            for b in ds.iter_batches(split, cls, batch_rows, with_group=True):
+                ys.append(b.y.astype(float))
+                gs.append(b.group)
+        self.labels = np.concatenate(ys)
+        self.groups = np.concatenate(gs) if ds.has_group else None
+        self.n = len(self.labels)
+
+    def n_bytes(self) -> float:
+        """Bytes the kept blocks take (their stacked copies included)."""
+        if not self.kept:
+            return 0.0
+        return 3.0 * sum(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+                         for _, X in self.kept)  # fmt: skip
+
+    def _class_batches(self, cls):
+        first = 0 if cls == "pos" else self.n_pos
+        for b in self.ds.iter_batches(self.split, cls, batch_rows=self.batch):
+            yield np.arange(first, first + len(b)), b.X
+            first += len(b)
+
+    def blocks(self):
+        """(row indices, block with the bias column, whether it is held in memory).
+        A block joins one batch of positives with one of negatives (the shards are
+        partitioned by class, and single-class blocks make block-wise descent zigzag
+        between the classes). Blocks are kept after the first pass if all of them fit
+        in the budget; then the shards are not read again."""
+        if self.kept is not None:
+            for rows, Xb in self.kept:
+                yield rows, Xb, True
+            return
+        acc, size = [], 0
+        pos, neg = self._class_batches("pos"), self._class_batches("neg")
+        while True:
+            pieces = [p for p in (next(pos, None), next(neg, None)) if p is not None]
+            if not pieces:
+                break
+            rows = np.concatenate([r for r, _ in pieces])
+            Xb = _with_bias(
+                sp.vstack([x for _, x in pieces], format="csr", dtype=np.float64),
+                self.scaling,
+            )
+            if acc is not None:
+                size += 3 * (Xb.data.nbytes + Xb.indices.nbytes + Xb.indptr.nbytes)
+                acc = acc + [(rows, Xb)] if size <= self.budget else None
+            yield rows, Xb, False
+        if acc is not None:
+            self.kept = acc
+
+    def baseline_positive(self, model) -> np.ndarray:
+        out = np.empty(self.n, bool)
+        for cls in ("pos", "neg"):
+            for rows, X in self._class_batches(cls):
+                out[rows] = np.asarray(model.decision_function(X)).ravel() > 0
+        return out
+
+
+class _Data:
+    """Every dataset as a row range of one index space (bias column appended). The
+    rows of in-memory datasets are blocks held in memory; ShardedDataset splits are
+    streamed block by block whenever scores or a solve need their features."""
+
+    def __init__(self, X, y, groups, datasets, intercept_scaling, batch_rows=65_536,
+                 cache_mb=0.0):  # fmt: skip
+        self.parts, self.ranges, self.labels, self.groups = {}, {}, {}, {}
+        first = X if isinstance(X, dict) else {"X": X, "y": y, "groups": groups}
+        items = [("train", first)]
         for name, spec in (datasets or {}).items():
             if name == "train":
                 raise ValueError('datasets: the name "train" is reserved for fit(X, y)')
             if not isinstance(spec, dict):
                 spec = {"X": spec}
-            unknown = set(spec) - {"X", "y", "groups"}
+            unknown = set(spec) - {"X", "y", "groups", "split"}
             if unknown:
                 raise ValueError(
                     f"datasets[{name!r}]: unknown keys {sorted(unknown)}; "
-                    "expected X and optionally y, groups"
+                    "expected X and optionally y, groups (arrays) or split (shards)"
                 )
             items.append((name, spec))
+        start, width = 0, None
         for name, spec in items:
-            Xd = spec["X"]
-            Xd = (
-                sp.csr_matrix(Xd, dtype=np.float64)
-                if sp.issparse(Xd)
-                else np.asarray(Xd, dtype=np.float64)
-            )
-            if Xd.ndim != 2 or Xd.shape[0] == 0:
-                raise ValueError(f"dataset {name!r} is empty or not 2-D")
-            if Xd.shape[1] != X.shape[1]:
+            if _is_dataset(spec["X"]):
+                for key in ("y", "groups"):
+                    if spec.get(key) is not None:
+                        raise ValueError(
+                            f"dataset {name!r}: {key} comes from the shards; pass "
+                            f"{key}=None with a ShardedDataset"
+                        )
+                part = _ShardPart(name, spec["X"], spec.get("split", "train"),
+                                  intercept_scaling, batch_rows, cache_mb)  # fmt: skip
+                cache_mb = max(0.0, cache_mb - part.n_bytes() / 2**20)
+            else:
+                part = _MemoryPart(name, spec["X"], spec.get("y"), spec.get("groups"),
+                                   intercept_scaling)  # fmt: skip
+            if width is not None and part.n_features != width:
                 raise ValueError(
-                    f"dataset {name!r} has {Xd.shape[1]} features; fit's X has "
-                    f"{X.shape[1]}"
+                    f"dataset {name!r} has {part.n_features} features; the training "
+                    f"data has {width}"
                 )
-            vals = Xd.data if sp.issparse(Xd) else Xd
-            if not np.isfinite(vals).all():
-                raise ValueError(f"dataset {name!r} contains NaN or infinity")
-            n = Xd.shape[0]
-            self.raw[name] = Xd
-            self.ranges[name] = (start, start + n)
-            if spec.get("y") is not None:
-                self.labels[name] = np.asarray(spec["y"], float)
-            if spec.get("groups") is not None:
-                g = np.asarray(spec["groups"])
-                if len(g) != n:
-                    raise ValueError(
-                        f"dataset {name!r}: groups has {len(g)} entries for {n} rows"
-                    )
-                self.groups[name] = g
-            col = sp.csr_matrix(np.full((n, 1), float(intercept_scaling)))
-            blocks.append(sp.hstack([sp.csr_matrix(Xd), col], format="csr"))
-            start += n
-        self.X = sp.vstack(blocks, format="csr")
-        self.X.sort_indices()
-        self.n = start
+            width = part.n_features
+            if part.groups is not None and len(part.groups) != part.n:
+                raise ValueError(f"dataset {name!r}: groups has {len(part.groups)} "
+                                 f"entries for {part.n} rows")  # fmt: skip
+            self.parts[name] = part
+            self.ranges[name] = (start, start + part.n)
+            if part.labels is not None:
+                self.labels[name] = part.labels
+            if part.groups is not None:
+                self.groups[name] = part.groups
+            start += part.n
+        self.n, self.d = start, width + 1
+        self.streamed = any(not p.cached for p in self.parts.values())
+        self._stacked = None
+
+    def blocks(self):
+        """(row indices, CSR block with the bias column, whether it stays in memory).
+        Datasets all in memory are one block."""
+        if not self.streamed:
+            if self._stacked is None:
+                self._stacked = sp.vstack(
+                    [p.X for p in self.parts.values()], format="csr"
+                )
+            yield np.arange(self.n), self._stacked, True
+            return
+        for name, part in self.parts.items():
+            first = self.ranges[name][0]
+            for rows, Xb, keep in part.blocks():
+                yield first + rows, Xb, keep
+
+    def scores(self, w) -> np.ndarray:
+        z = np.empty(self.n)
+        for rows, Xb, _ in self.blocks():
+            z[rows] = Xb @ w
+        return z
 
     def rows(self, s: Subset, what: str) -> np.ndarray:
         if s.dataset not in self.ranges:
@@ -127,7 +263,7 @@ class _Data:
                 )
             keep &= s.mask
         if s.baseline is not None:
-            pred = np.asarray(s.baseline.decision_function(self.raw[s.dataset])) > 0
+            pred = self.parts[s.dataset].baseline_positive(s.baseline)
             keep &= pred if s.baseline_sign > 0 else ~pred
         return a + np.flatnonzero(keep)
 
@@ -183,6 +319,18 @@ class _Compiled:
         return A, c
 
 
+def _worse(f, g, f_old, g_old, slack=1e-6) -> bool:
+    """Is (objective f, constraint values g) worse than the previous MM iterate?
+    Feasibility first: more violation is worse; between feasible points, a higher
+    objective is."""
+    viol, viol_old = max(g, default=0.0), max(g_old, default=0.0)
+    if viol > max(viol_old, 0.0) + slack:
+        return True
+    if viol_old > slack and viol < viol_old - slack:
+        return False  # closer to feasible
+    return f > f_old + slack * max(1.0, abs(f_old))
+
+
 def _hinge_terms(A, z):
     """sum A[0] max(0, 1/2 + z) + A[1] max(0, 1/2 - z)."""
     return float(A[0] @ np.maximum(0.0, 0.5 + z) + A[1] @ np.maximum(0.0, 0.5 - z))
@@ -202,7 +350,8 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
     alpha : float > 0, default 1e-3
     mm_iterations : int, default 10
         Majorisation-minimisation steps (it stops earlier when the objective moves by
-        less than ``tol``).
+        less than ``tol``, or when a step made worse by an inexact inner solve is
+        rejected: ``history_[-1]["rejected_next"]`` then records it).
     randomized : bool, default False
         ``predict`` with the randomised rule (positive with probability ramp(z));
         otherwise sign(z).
@@ -221,6 +370,20 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         LIBLINEAR's default 0.1 on its max - min gap is about 5x looser). The first MM
         steps, whose majorisers are loose, use up to 8x this.
     random_state : int or None (randomised predictions)
+    solver : {"auto", "dcd", "blocks"}, default "auto"
+        The inner weighted-hinge solver. "dcd": dual coordinate descent on every
+        dataset in memory. "blocks": the same duals updated block by block in passes
+        over the data, with only O(n) numbers (scores, duals, labels, groups) in
+        memory and the features streamed - the solver for ShardedDataset inputs.
+        "auto": "blocks" when any dataset is a ShardedDataset, else "dcd".
+    split : str, default "train"
+        Streaming only: the split of a ShardedDataset passed as X.
+    batch_rows : int, default 65536
+        Streaming only: rows per block read from the shards.
+    cache_mb : float, default 1024
+        Streaming only: memory for keeping blocks (and the solver's stacked copy of
+        them) between passes; shard files that do not fit are read again on every
+        pass of the block-wise solver. 0 streams everything on every pass.
 
     Examples
     --------
@@ -250,6 +413,10 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         "tol": [Interval(Real, 0, None, closed="neither")],
         "inner_tol": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
+        "solver": [StrOptions({"auto", "dcd", "blocks"})],
+        "split": [str],
+        "batch_rows": [Interval(Integral, 1, None, closed="left")],
+        "cache_mb": [Interval(Real, 0, None, closed="left")],
     }
 
     def __init__(
@@ -266,6 +433,10 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         tol=1e-6,
         inner_tol=1e-2,
         random_state=None,
+        solver="auto",
+        split="train",
+        batch_rows=65_536,
+        cache_mb=1024.0,
     ):
         self.objective = objective
         self.constraints = constraints
@@ -278,17 +449,39 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.inner_tol = inner_tol
         self.random_state = random_state
+        self.solver = solver
+        self.split = split
+        self.batch_rows = batch_rows
+        self.cache_mb = cache_mb
 
     # ----------------------------------------------------------------- fit
-    def fit(self, X, y, groups=None, datasets=None):
-        """Parameters: X, y (two classes, the larger positive); ``groups`` (one value
-        per row, for ``group=`` in rates); ``datasets``: name -> X or dict(X=, y=,
-        groups=) for rates on other, possibly unlabeled, data."""
+    def fit(self, X, y=None, groups=None, datasets=None):
+        """Parameters: X, y (two classes, the larger positive) or X a ShardedDataset
+        (or its path; y and groups None: labels and groups come from the shards, the
+        rows of ``split`` are streamed); ``groups`` (one value per row, for ``group=``
+        in rates); ``datasets``: name -> X or dict(X=, y=, groups=) for rates on
+        other, possibly unlabeled, data (X may be a ShardedDataset there too, with
+        ``split=``)."""
         from bigrate.constraints import error_rate
 
         self._validate_params()
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
-        yy = binary_classes(self, y)
+        if _is_dataset(X):
+            if y is not None or groups is not None:
+                raise ValueError(
+                    "y and groups must be None when X is a ShardedDataset or a path "
+                    "(they come from the shards' label and group columns)"
+                )
+            X = {"X": X, "split": self.split}
+            self.classes_ = np.array([-1, 1])
+            yy = None
+        else:
+            if y is None:
+                raise ValueError(
+                    "RateConstrainedClassifier requires y unless X is a "
+                    "ShardedDataset or its path"
+                )
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
+            yy = binary_classes(self, y)
         cons = list(self.constraints or [])
         for j, c in enumerate(cons):
             if not isinstance(c, Constraint):
@@ -296,12 +489,20 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
                     f"constraints[{j}] is {type(c).__name__}; build constraints by "
                     "comparing expressions, e.g. positive_rate(group='a') >= 0.5"
                 )
-        data = _Data(X, yy, groups, datasets, self.intercept_scaling)
+        data = _Data(X, yy, groups, datasets, self.intercept_scaling, self.batch_rows,
+                     self.cache_mb)  # fmt: skip
+        self.n_features_in_ = data.d - 1
+        if data.streamed and self.solver == "dcd":
+            raise ValueError(
+                'solver="dcd" keeps every dataset in memory; use solver="blocks" '
+                '(or "auto") with a ShardedDataset'
+            )
+        blockwise = self.solver == "blocks" or data.streamed
         obj = _Compiled(self.objective or error_rate(), data, "objective")
         comp = [
             _Compiled(c.expr, data, f"constraints[{j}]") for j, c in enumerate(cons)
         ]
-        Xc, n, d = data.X, data.n, data.X.shape[1]
+        n, d = data.n, data.d
         w = np.zeros(d)
         if self.init is not None:
             coef = np.ravel(self.init.coef_)
@@ -311,22 +512,31 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
                 )
             w[:-1] = coef
             w[-1] = float(np.ravel(self.init.intercept_)[0]) / self.intercept_scaling
-        self._solver = _InnerSolver(Xc, self.alpha, self.inner_tol)
+        self._solver = _InnerSolver(
+            data, self.alpha, self.inner_tol, blockwise=blockwise
+        )
         self.history_ = []
         prev = None
         v = np.zeros(len(comp))
+        kept = None  # the last accepted (w, v, objective, constraint values)
         for it in range(self.mm_iterations + 1):
-            z = np.asarray(Xc @ w).ravel()
+            z = data.scores(w)
             f = 0.5 * self.alpha * (w @ w) + obj.value(z)
             gv = [c.value(z) for c in comp]
-            self.history_.append(
-                {
-                    "iteration": it,
-                    "objective": f,
-                    "constraints": gv,
-                    "multipliers": v.tolist(),
-                }
-            )
+            entry = {
+                "iteration": it,
+                "objective": f,
+                "constraints": gv,
+                "multipliers": v.tolist(),
+            }
+            if kept is not None and _worse(f, gv, kept[2], kept[3]):
+                # exact inner solves never get here (MM is monotone); an inexact
+                # solve can, and then the previous iterate is kept and MM stops
+                self.history_[-1]["rejected_next"] = entry
+                w, v = kept[0], kept[1]
+                break
+            self.history_.append(entry)
+            kept = (w, v, f, gv)
             if it == self.mm_iterations or (
                 prev is not None and abs(prev - f) <= self.tol * max(1.0, abs(f))
             ):
@@ -369,7 +579,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         def at(v):
             A = A0 + sum(vj * Aj for vj, (Aj, _) in zip(v, bounds, strict=True))
             w = solve(A)
-            z = np.asarray(solve.X @ w).ravel()
+            z = solve.data.scores(w)
             g = np.array([_hinge_terms(Aj, z) + cj for Aj, cj in bounds])
             h = 0.5 * self.alpha * (w @ w) + _hinge_terms(A0, z) + c0 + float(v @ g)
             return w, g, h
@@ -487,15 +697,18 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[pos.astype(int)]
 
     def evaluate(self, expr, X, y=None, groups=None, datasets=None, *,
-                 deterministic=True) -> float:  # fmt: skip
+                 deterministic=True, split="test") -> float:  # fmt: skip
         """Value of an expression (or a constraint's ``lhs - rhs``) for this model on new
-        data: deterministic (sign) rates by default, ramp rates otherwise."""
+        data: deterministic (sign) rates by default, ramp rates otherwise. X may be a
+        ShardedDataset (rows of ``split``, streamed)."""
         check_is_fitted(self, "coef_")
         if isinstance(expr, Constraint):
             expr = expr.expr
         yy = None if y is None else np.where(np.asarray(y) == self.classes_[1], 1, -1)
-        data = _Data(X, yy, groups, datasets, self.intercept_scaling)
-        z = np.asarray(data.X @ np.r_[self.coef_.ravel(), self._w_bias()]).ravel()
+        if _is_dataset(X):
+            X, yy = {"X": X, "split": split}, None
+        data = _Data(X, yy, groups, datasets, self.intercept_scaling, self.batch_rows)
+        z = data.scores(np.r_[self.coef_.ravel(), self._w_bias()])
         return _Compiled(expr, data, "expression").value(z, deterministic)
 
     def _w_bias(self):
@@ -506,55 +719,94 @@ class _InnerSolver:
     """Weighted hinge SVM with margin 1/2 for per-(row, label) weights A (2 x n), by
     exact dual coordinate descent with shrinking, warm-started across calls.
 
-    The design is stacked once as [X; X] with labels -1 then +1, so (label, row) is
-    stacked row label * n + row and a call selects rows by index instead of copying
-    them. A row carrying both labels (weights a and b) would give two dual variables
-    whose effects on w cancel, where coordinate descent zigzags; with c = min(a, b)
-    the pair is rewritten exactly as
+    A block's design is stacked as [X; X] with labels -1 then +1, so (label, row) is
+    stacked row label * n_block + row and a solve selects rows by index. A row
+    carrying both labels (weights a and b) as two hinges at margin 1/2 gives dual
+    variables whose effects on w cancel, where coordinate descent zigzags without
+    end; such a row is rewritten exactly (h = max(0, .)) as
 
-        a h(1/2 + z) + b h(1/2 - z) = c + c h(z - 1/2) + c h(-z - 1/2)
-                                      + (a - c) h(1/2 + z) + (b - c) h(1/2 - z)
+        a h(1/2 + z) + b h(1/2 - z) = (a + b)/2 + (a - b) z
+                                      + a h(-1/2 - z) + b h(-1/2 + z),
 
-    (h = max(0, .)): the two margin -1/2 hinges are never active together, so at most
-    one of their dual variables is non-zero at the optimum and nothing cancels. Dual
-    variables are keyed by stacked row plus 2n for the margin -1/2 copies."""
+    a linear term (a constant offset of w: w = (sum_k y_k d_k x_k - sum_i l_i x_i) /
+    alpha) plus two hinges at margin -1/2 that are never active together, whose
+    gradients sum to 1, so at most one of their duals is non-zero and nothing
+    cancels. The duals are kept as D (4 x n): kind 0 = label -1 and kind 1 = label
+    +1 at margin 1/2 (rows with one label), kind 2 = label +1 (weight a) and kind 3
+    = label -1 (weight b) at margin -1/2 (rows with both).
 
-    def __init__(self, X: sp.csr_matrix, alpha: float, tol: float):
-        self.X, self.alpha, self.tol = X, alpha, tol
-        n = X.shape[0]
-        Xs = sp.vstack([X, X], format="csr")
-        self.design = (
-            Xs.indptr.astype(np.int64),
-            Xs.indices.astype(np.int64),
-            Xs.data,
-            np.r_[-np.ones(n), np.ones(n)],
-            np.ones(2 * n),
+    In memory the whole problem is one block solved to ``tol``. Block-wise (datasets
+    streamed from shards; Yu, Hsieh, Chang and Lin 2010, "Large linear classification
+    when data cannot fit in memory") each pass reads every block once and runs a few
+    epochs on its duals with w shared; only w, the duals and the scores (O(n)
+    numbers) stay in memory. The solve ends after a pass in which every coordinate
+    of every block already met ``tol`` (its first epoch, before any shrinking)."""
+
+    BLOCK_EPOCHS = 3  # epochs on a block per visit (more zigzags between class blocks)
+    MAX_PASSES = 1000  # a solve that has not settled by then returns its iterate
+    SHRINK = True
+
+    def __init__(self, data: _Data, alpha: float, tol: float, blockwise: bool):
+        self.data, self.alpha, self.tol, self.blockwise = data, alpha, tol, blockwise
+        self.D = np.zeros((4, data.n))
+        self._designs = {}
+        self.last = (0, 0, 0.0)  # status, epochs (passes when block-wise), violation
+
+    def _design(self, rows, Xb, cached):
+        if cached and rows[0] in self._designs:
+            return self._designs[rows[0]]
+        nb = Xb.shape[0]
+        Xs = sp.vstack([Xb, Xb], format="csr")
+        sqn = np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel()
+        out = (
+            (
+                Xs.indptr.astype(np.int64),
+                Xs.indices.astype(np.int64),
+                Xs.data,
+                np.r_[-np.ones(nb), np.ones(nb)],
+                np.ones(2 * nb),
+            ),
+            np.r_[sqn, sqn],
         )
-        sqn = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-        self.sqn = np.r_[sqn, sqn]
-        self.dual = np.zeros(4 * n)
-        self.last = (0, 0, 0.0)  # status, epochs, violation of the last solve
+        if cached:
+            self._designs[rows[0]] = out
+        return out
 
     def __call__(self, A):
-        n = self.X.shape[0]
-        both = np.minimum(A[0], A[1])
-        hi_all = np.concatenate([A[0] - both, A[1] - both, both, both])
-        key = np.flatnonzero(hi_all > 0)
-        hi = hi_all[key]
-        z = np.minimum(self.dual[key], hi)
-        rows = key % (2 * n)  # stacked design row
-        lin = np.where(key < 2 * n, 0.5, -0.5)
+        two = (A[0] > 0) & (A[1] > 0)
+        one = ~two
+        H = np.stack([A[0] * one, A[1] * one, A[0] * two, A[1] * two])
+        D = self.D
+        np.minimum(D, H, out=D)
+        signed = -D[0] + D[1] + D[2] - D[3] - np.where(two, A[0] - A[1], 0.0)
         scale = 1.0 / self.alpha
-        signed = np.zeros(n)  # sum over dual variables of y z per data row
-        np.add.at(signed, rows % n, np.where(rows >= n, z, -z))
-        w = scale * np.asarray(self.X.T @ signed).ravel()
-        m = len(key)
-        self.last = QK.box_cd(
-            self.design, rows, m, lin, np.zeros(m), hi, z, w, self.sqn, scale,
-            self.tol, 2_000, 0, True,
-        )  # fmt: skip
-        self.dual[:] = 0.0
-        self.dual[key] = z
+        w = np.zeros(self.data.d)
+        for rows, Xb, _ in self.data.blocks():
+            w += Xb.T @ signed[rows]
+        w *= scale
+        epochs = self.BLOCK_EPOCHS if self.blockwise else 2_000
+        for passes in range(1, self.MAX_PASSES + 1):
+            settled, worst = True, 0.0
+            for rows, Xb, cached in self.data.blocks():
+                design, sqn = self._design(rows, Xb, cached)
+                nb = Xb.shape[0]
+                key = np.flatnonzero(H[:, rows].ravel() > 0)
+                kind, local = np.divmod(key, nb)
+                m = len(key)
+                z = D[kind, rows[local]]
+                status, used, viol = QK.box_cd(
+                    design, ((kind == 1) | (kind == 2)) * nb + local, m,
+                    np.where(kind < 2, 0.5, -0.5), np.zeros(m),
+                    H[kind, rows[local]], z, w, sqn, scale, self.tol, epochs,
+                    1, self.SHRINK,
+                )  # fmt: skip
+                D[kind, rows[local]] = z
+                settled &= status == QK.CONVERGED and used == 1
+                worst = max(worst, viol)
+            self.last = (status if not self.blockwise else int(not settled),
+                         used if not self.blockwise else passes, worst)  # fmt: skip
+            if not self.blockwise or settled:
+                break
         return w
 
 
