@@ -381,9 +381,10 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
     batch_rows : int, default 65536
         Streaming only: rows per block read from the shards.
     cache_mb : float, default 1024
-        Streaming only: memory for keeping blocks (and the solver's stacked copy of
-        them) between passes; shard files that do not fit are read again on every
-        pass of the block-wise solver. 0 streams everything on every pass.
+        Streaming only, per streamed dataset: if all its blocks (with the solver's
+        stacked copy, 3x their size) fit in this, they are kept in memory after the
+        first pass; otherwise every pass of the block-wise solver reads the shards
+        again. 0 always streams.
 
     Examples
     --------
