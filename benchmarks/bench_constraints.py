@@ -82,15 +82,7 @@ def main():
         fit_s = time.perf_counter() - t
         p = eg.predict(X.toarray(), random_state=0) == 1
         pt = eg.predict(Xt.toarray(), random_state=0) == 1
-        r = {
-            "kappa": kappa,
-            "fit_s": fit_s,
-            "test_error": float((np.where(pt, 1, -1) != yt).mean()),
-            "train_ratio": ratio(p, sex),
-            "test_ratio": ratio(pt, st),
-        }
-        out["fairlearn"].append(r)
-        print("fairlearn", json.dumps(r), flush=True)
+        peer(out, "fairlearn", {"kappa": kappa}, fit_s, p, pt, yt, sex, st)
     threshold_optimizer(X, y, sex, Xt, yt, st, out)
     compare(out)
     suffix = "" if rows == 2000 else f"_{rows}"
@@ -108,6 +100,19 @@ def main():
         ylabel="achieved P(+|F) / P(+|M)",
         title=f"adult ({rows} rows): demographic parity",
     )
+
+
+def peer(out, key, setting, fit_s, p, pt, yt, sex, st):
+    """Record one fairlearn point: train / test predictions (True = positive)."""
+    r = {
+        **setting,
+        "fit_s": fit_s,
+        "test_error": float((np.where(pt, 1, -1) != yt).mean()),
+        "train_ratio": ratio(p, sex),
+        "test_ratio": ratio(pt, st),
+    }
+    out[key].append(r)
+    print(key, json.dumps(r), flush=True)
 
 
 def threshold_optimizer(X, y, sex, Xt, yt, st, out):
@@ -128,15 +133,7 @@ def threshold_optimizer(X, y, sex, Xt, yt, st, out):
         fit_s = time.perf_counter() - t
         p = to.predict(X, sensitive_features=sex, random_state=0) == 1
         pt = to.predict(Xt, sensitive_features=st, random_state=0) == 1
-        r = {
-            "tol": tol,
-            "fit_s": fit_s,
-            "test_error": float((np.where(pt, 1, -1) != yt).mean()),
-            "train_ratio": ratio(p, sex),
-            "test_ratio": ratio(pt, st),
-        }
-        out["threshold_optimizer"].append(r)
-        print("threshold_optimizer", json.dumps(r), flush=True)
+        peer(out, "threshold_optimizer", {"tol": tol}, fit_s, p, pt, yt, sex, st)
 
 
 def compare(out):

@@ -102,13 +102,6 @@ class _ShardPart:
         self.groups = np.concatenate(gs) if ds.has_group else None
         self.n = len(self.labels)
 
-    def n_bytes(self) -> float:
-        """Bytes the kept blocks take (their stacked copies included)."""
-        if not self.kept:
-            return 0.0
-        return 3.0 * sum(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
-                         for _, X in self.kept)  # fmt: skip
-
     def _class_batches(self, cls):
         first = 0 if cls == "pos" else self.n_pos
         for b in self.ds.iter_batches(self.split, cls, batch_rows=self.batch):
@@ -184,7 +177,6 @@ class _Data:
                         )
                 part = _ShardPart(name, spec["X"], spec.get("split", "train"),
                                   intercept_scaling, batch_rows, cache_mb)  # fmt: skip
-                cache_mb = max(0.0, cache_mb - part.n_bytes() / 2**20)
             else:
                 part = _MemoryPart(name, spec["X"], spec.get("y"), spec.get("groups"),
                                    intercept_scaling)  # fmt: skip
@@ -594,10 +586,10 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
             return w, v0, False
         vmax = float(self.max_multiplier)
         if m == 1:
-            return self._root(at, vmax, w, g[0], v_prev)
+            return self._root(at, vmax, g[0], v_prev)
         return self._cutting_plane(at, m, vmax, (v0, w, g, h))
 
-    def _root(self, at, vmax, w0, g0, v_prev):
+    def _root(self, at, vmax, g0, v_prev):
         """One constraint: the dual is maximised at the smallest v >= 0 with
         g(v) <= 0 (g is non-increasing in v). Bracket it starting from the previous
         MM step's multiplier, then regula falsi with the Illinois modification, until
@@ -804,8 +796,11 @@ class _InnerSolver:
                 D[kind, rows[local]] = z
                 settled &= status == QK.CONVERGED and used == 1
                 worst = max(worst, viol)
-            self.last = (status if not self.blockwise else int(not settled),
-                         used if not self.blockwise else passes, worst)  # fmt: skip
+            self.last = (
+                (int(not settled), passes, worst)
+                if self.blockwise
+                else (status, used, viol)
+            )
             if not self.blockwise or settled:
                 break
         return w
