@@ -78,8 +78,8 @@ class _MemoryPart:
 class _ShardPart:
     """A split of a ShardedDataset, streamed in blocks; its rows are numbered
     positives first, then negatives, each in file order. Per-row labels and groups
-    are kept in memory, and the blocks too if all of them (with the solver's stacked
-    copy, 3x their size) fit in ``cache_mb``."""
+    are kept in memory, and the blocks too if all of them (with the solver's copy of
+    their indices, 3x their size) fit in ``cache_mb``."""
 
     cached = False
 
@@ -311,6 +311,10 @@ class _Compiled:
         return A, c
 
 
+class _Found(Exception):
+    """A multiplier meeting the root search's tolerance was evaluated."""
+
+
 def _worse(f, g, f_old, g_old, slack=1e-6) -> bool:
     """Is (objective f, constraint values g) worse than the previous MM iterate?
     Feasibility first: more violation is worse; between feasible points, a higher
@@ -374,7 +378,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         Streaming only: rows per block read from the shards.
     cache_mb : float, default 1024
         Streaming only, per streamed dataset: if all its blocks (with the solver's
-        stacked copy, 3x their size) fit in this, they are kept in memory after the
+        copy of their indices, 3x their size) fit in this, they are kept in memory after the
         first pass; otherwise every pass of the block-wise solver reads the shards
         again. 0 always streams.
 
@@ -505,6 +509,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
                 )
             w[:-1] = coef
             w[-1] = float(np.ravel(self.init.intercept_)[0]) / self.intercept_scaling
+        self._slope = None  # of the constraint's bound in v, for the next root search
         self._solver = _InnerSolver(
             data, self.alpha, self.inner_tol, blockwise=blockwise
         )
@@ -539,8 +544,9 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
             bounds = [c.bound(z, n) for c in comp]
             # the first majorisers are loose (at w = 0 every ramp is replaced by its
             # hinge), so their inner problems are solved less tightly
-            self._solver.tol = self.inner_tol * max(1.0, 8.0 / 2.0**it)
-            w, v, self._infeasible = self._outer(A0, c0, bounds, v)
+            loose = max(1.0, 8.0 / 2.0**it)
+            self._solver.tol = self.inner_tol * loose
+            w, v, self._infeasible = self._outer(A0, c0, bounds, v, 1e-3 * loose)
         self._w = w
         self.coef_ = w[:-1].reshape(1, -1)
         self.intercept_ = np.array([w[-1] * self.intercept_scaling])
@@ -561,10 +567,10 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
                 BigrateWarning,
                 stacklevel=2,
             )  # fmt: skip
-        del self._solver
+        del self._solver, self._slope
         return self
 
-    def _outer(self, A0, c0, bounds, v_prev):
+    def _outer(self, A0, c0, bounds, v_prev, gtol=1e-3):
         """Maximise the dual of the majorised problem over v >= 0; returns (w, v,
         infeasible)."""
         solve = self._solver
@@ -580,51 +586,78 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         m = len(bounds)
         if m == 0:
             return at(np.zeros(0))[0], np.zeros(0), False
+        if m == 1:
+            return self._root(at, float(self.max_multiplier), v_prev, gtol)
         v0 = np.zeros(m)
         w, g, h = at(v0)
         if (g <= 0).all():
             return w, v0, False
-        vmax = float(self.max_multiplier)
-        if m == 1:
-            return self._root(at, vmax, g[0], v_prev)
-        return self._cutting_plane(at, m, vmax, (v0, w, g, h))
+        return self._cutting_plane(at, m, float(self.max_multiplier), (v0, w, g, h))
 
-    def _root(self, at, vmax, g0, v_prev):
+    def _root(self, at, vmax, v_prev, gtol):
         """One constraint: the dual is maximised at the smallest v >= 0 with
-        g(v) <= 0 (g is non-increasing in v). Bracket it starting from the previous
-        MM step's multiplier, then regula falsi with the Illinois modification, until
-        -gtol <= g <= 0 or the bracket is 1e-4 relative."""
-        gtol = 1e-3
-        lo, g_lo = 0.0, g0
-        hi = float(v_prev[0]) if len(v_prev) and v_prev[0] > 0 else 1.0
-        hi = min(hi, vmax)
-        w_hi, g_hi, _ = at(np.array([hi]))
-        while g_hi[0] > 0:
-            if hi >= vmax:
-                return w_hi, np.array([hi]), True
-            lo, g_lo = hi, g_hi[0]
-            hi = min(hi * 4.0, vmax)
-            w_hi, g_hi, _ = at(np.array([hi]))
-        g_hi = g_hi[0]
-        side = 0
-        for _ in range(60):
-            if g_hi >= -gtol or hi - lo <= 1e-4 * hi:
-                break
-            mid = hi - g_hi * (hi - lo) / (g_hi - g_lo)
-            if not lo < mid < hi:
-                mid = 0.5 * (lo + hi)
-            w_mid, g_mid, _ = at(np.array([mid]))
-            if g_mid[0] > 0:
-                lo, g_lo = mid, g_mid[0]
-                if side == -1:
-                    g_hi *= 0.5
-                side = -1
-            else:
-                hi, w_hi, g_hi = mid, w_mid, g_mid[0]
-                if side == 1:
-                    g_lo *= 0.5
-                side = 1
-        return w_hi, np.array([hi]), False
+        g(v) <= 0 (g is non-increasing in v). The search starts at the previous MM
+        step's multiplier (where warm-started solves are cheapest: the duals barely
+        move), brackets the root by secant steps (the first by the slope of g seen in
+        the previous MM step), then runs Brent's method (scipy's brentq), stopping
+        as soon as -gtol <= g <= 0. Returns (w, v, infeasible)."""
+        from scipy.optimize import brentq
+
+        seen = {}  # v -> (w, g)
+
+        def g_at(v):
+            if v not in seen:
+                w, g, _ = at(np.array([v]))
+                seen[v] = (w, float(g[0]))
+            g = seen[v][1]
+            if -gtol <= g <= 0 or (v == 0.0 and g <= 0):
+                raise _Found
+            return g
+
+        def secant(a, b, fallback):
+            """From b, the step that brings g to -gtol/2 along the line through a
+            and b (1.5x, so that it rather overshoots), or ``fallback``."""
+            ga, gb = seen[a][1], seen[b][1]
+            s = (gb - ga) / (b - a) if a != b else self._slope
+            if s is None or not s < 0:
+                return fallback
+            return 1.5 * abs(gb + 0.5 * gtol) / -s
+
+        v0 = min(float(v_prev[0]), vmax) if len(v_prev) else 0.0
+        try:
+            g0 = g_at(v0)
+            # a root search that starts far off (the first, loose majorisers) need
+            # not end as close: the next MM step searches again from its answer
+            gtol = max(gtol, 0.05 * abs(g0))
+            lo = hi = v0
+            if g0 > 0:  # the root is above v0: step up until g <= 0
+                h = secant(v0, v0, v0 if v0 > 0 else 1.0)
+                while True:
+                    if lo >= vmax:
+                        return seen[lo][0], np.array([lo]), True
+                    hi = min(lo + h, vmax)
+                    if g_at(hi) <= 0:
+                        break
+                    h = min(max(secant(lo, hi, 4.0 * h), h), 8.0 * h)
+                    lo = hi
+            else:  # g0 < -gtol: the root is below v0
+                h = secant(v0, v0, 0.5 * v0)
+                while True:
+                    lo = max(hi - h, 0.0)
+                    if g_at(lo) > 0:
+                        break
+                    h = min(max(secant(hi, lo, 4.0 * h), h), 8.0 * h)
+                    hi = lo
+            brentq(g_at, lo, hi, xtol=1e-4 * hi, maxiter=60)
+        except _Found:
+            pass
+        feasible = [v for v, (_, g) in seen.items() if g <= 0]
+        v = min(feasible)
+        below = [u for u, (_, g) in seen.items() if g > 0]
+        if below:  # dg/dv across the final bracket, for the next MM step's search
+            u = max(below)
+            self._slope = (seen[v][1] - seen[u][1]) / (v - u)
+        return seen[v][0], np.array([v]), False
 
     def _cutting_plane(self, at, m, vmax, first):
         """Kelley's cutting planes for max_v h(v) (Algorithm 2)."""
@@ -712,8 +745,9 @@ class _InnerSolver:
     """Weighted hinge SVM with margin 1/2 for per-(row, label) weights A (2 x n), by
     exact dual coordinate descent with shrinking, warm-started across calls.
 
-    A block's design is stacked as [X; X] with labels -1 then +1, so (label, row) is
-    stacked row label * n_block + row and a solve selects rows by index. A row
+    A solve runs over the block's (row, kind) duals with a positive weight, sorted
+    by row, each with its label as a sign on the row (one copy of X; visiting rows
+    in short runs in order keeps the memory-bound loop fast). A row
     carrying both labels (weights a and b) as two hinges at margin 1/2 gives dual
     variables whose effects on w cancel, where coordinate descent zigzags without
     end; such a row is rewritten exactly (h = max(0, .)) as
@@ -738,6 +772,9 @@ class _InnerSolver:
     BLOCK_EPOCHS = 3  # epochs on a block per visit (more zigzags between class blocks)
     MAX_PASSES = 1000  # a solve that has not settled by then returns its iterate
     SHRINK = True
+    CHUNK = 32  # rows visited in order before a random jump (see QK.box_cd_signed)
+    _SIGN = np.array([-1.0, 1.0, 1.0, -1.0])  # label of each kind of dual
+    _MARGIN = np.array([0.5, 0.5, -0.5, -0.5])
 
     def __init__(self, data: _Data, alpha: float, tol: float, blockwise: bool):
         self.data, self.alpha, self.tol, self.blockwise = data, alpha, tol, blockwise
@@ -749,17 +786,15 @@ class _InnerSolver:
         if cached and rows[0] in self._designs:
             return self._designs[rows[0]]
         nb = Xb.shape[0]
-        Xs = sp.vstack([Xb, Xb], format="csr")
-        sqn = np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel()
         out = (
             (
-                Xs.indptr.astype(np.int64),
-                Xs.indices.astype(np.int64),
-                Xs.data,
-                np.r_[-np.ones(nb), np.ones(nb)],
-                np.ones(2 * nb),
+                Xb.indptr.astype(np.int64),
+                Xb.indices.astype(np.int64),
+                Xb.data,
+                np.ones(nb),
+                np.ones(nb),
             ),
-            np.r_[sqn, sqn],
+            np.asarray(Xb.multiply(Xb).sum(axis=1)).ravel(),
         )
         if cached:
             self._designs[rows[0]] = out
@@ -782,18 +817,17 @@ class _InnerSolver:
             settled, worst = True, 0.0
             for rows, Xb, cached in self.data.blocks():
                 design, sqn = self._design(rows, Xb, cached)
-                nb = Xb.shape[0]
-                key = np.flatnonzero(H[:, rows].ravel() > 0)
-                kind, local = np.divmod(key, nb)
-                m = len(key)
-                z = D[kind, rows[local]]
-                status, used, viol = QK.box_cd(
-                    design, ((kind == 1) | (kind == 2)) * nb + local, m,
-                    np.where(kind < 2, 0.5, -0.5), np.zeros(m),
-                    H[kind, rows[local]], z, w, sqn, scale, self.tol, epochs,
-                    1, self.SHRINK,
+                # the block's (row, kind) duals with a positive weight, by row
+                local, kind = np.divmod(np.flatnonzero(H[:, rows].T.ravel() > 0), 4)
+                m = len(local)
+                at = (kind, rows[local])
+                z = D[at]
+                status, used, viol = QK.box_cd_signed(
+                    design, local, self._SIGN[kind], m, self._MARGIN[kind],
+                    np.zeros(m), H[at], z, w, sqn, scale, self.tol, epochs, 1,
+                    self.SHRINK, self.CHUNK,
                 )  # fmt: skip
-                D[kind, rows[local]] = z
+                D[at] = z
                 settled &= status == QK.CONVERGED and used == 1
                 worst = max(worst, viol)
             self.last = (
