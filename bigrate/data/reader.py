@@ -56,6 +56,11 @@ def _filesystem(path: str):
     return LocalFileSystem(), os.path.abspath(path)
 
 
+def is_dataset(X) -> bool:
+    """Is X a ShardedDataset or a path to one (rather than an array)?"""
+    return isinstance(X, (ShardedDataset, str, os.PathLike))
+
+
 class ShardedDataset:
     """A sparse binary dataset stored as Parquet shards with a manifest.
 

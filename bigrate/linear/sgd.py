@@ -33,7 +33,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate._validation import binary_classes
 from bigrate.data.format import RowBlock
-from bigrate.data.reader import ShardedDataset
+from bigrate.data.reader import ShardedDataset, is_dataset
 from bigrate.errors import BigrateWarning
 from bigrate.linear import _kernels as K
 from bigrate.linear.sampler import (
@@ -171,10 +171,6 @@ def local_round(
     }
 
 
-def _is_dataset(X) -> bool:
-    return isinstance(X, (ShardedDataset, str, os.PathLike))
-
-
 class _StochasticRateBase(ClassifierMixin, BaseEstimator):
     """Shared machinery of the NP and q-value SGD learners."""
 
@@ -292,7 +288,7 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
         (``y`` None; rows of ``self.split``)."""
         self._check_own_params()
         t0 = time.perf_counter()
-        if _is_dataset(X):
+        if is_dataset(X):
             if y is not None:
                 raise ValueError("y must be None when X is a ShardedDataset or a path")
             self._fit_stream(X if isinstance(X, ShardedDataset) else ShardedDataset(X))
@@ -502,7 +498,7 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
     def score_confusion(self, X, y=None, split: str = "test") -> Confusion:
         """Pfa / Pnd counts on arrays or (streaming) on a split of a dataset."""
         check_is_fitted(self, "coef_")
-        if _is_dataset(X):
+        if is_dataset(X):
             from bigrate.metrics import evaluate_stream
 
             ds = X if isinstance(X, ShardedDataset) else ShardedDataset(X)

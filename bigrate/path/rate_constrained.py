@@ -30,9 +30,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate._validation import binary_classes
 from bigrate.constraints import Constraint, Expr, Subset
-from bigrate.data.reader import ShardedDataset
+from bigrate.data.reader import ShardedDataset, is_dataset
 from bigrate.errors import BigrateWarning
-from bigrate.linear.sgd import _is_dataset
 from bigrate.path import _quantile_kernels as QK
 
 
@@ -168,7 +167,7 @@ class _Data:
             items.append((name, spec))
         start, width = 0, None
         for name, spec in items:
-            if _is_dataset(spec["X"]):
+            if is_dataset(spec["X"]):
                 for key in ("y", "groups"):
                     if spec.get(key) is not None:
                         raise ValueError(
@@ -462,7 +461,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         from bigrate.constraints import error_rate
 
         self._validate_params()
-        if _is_dataset(X):
+        if is_dataset(X):
             if y is not None or groups is not None:
                 raise ValueError(
                     "y and groups must be None when X is a ShardedDataset or a path "
@@ -731,7 +730,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         if isinstance(expr, Constraint):
             expr = expr.expr
         yy = None if y is None else np.where(np.asarray(y) == self.classes_[1], 1, -1)
-        if _is_dataset(X):
+        if is_dataset(X):
             X, yy = {"X": X, "split": split}, None
         data = _Data(X, yy, groups, datasets, self.intercept_scaling, self.batch_rows)
         z = data.scores(np.r_[self.coef_.ravel(), self._w_bias()])

@@ -189,6 +189,37 @@ def test_churn_constraint_against_a_given_model_is_met():
     assert free.evaluate(c, X, y, datasets={"traffic": U}) > 0.0
 
 
+def test_recall_and_churn_from_the_deployed_model_as_start():
+    """Sec. 4.2 in small: errors on D1 + false positives on D2, recall on D2 at least
+    the deployed model's, churn on unlabeled D3 at most 3%; MM starts from the
+    deployed model (nearly feasible for both: its ramp recall is a little below its
+    0/1 recall), and the answer beats it on the objective."""
+    from types import SimpleNamespace
+
+    from bigrate.constraints import count_false_positives, recall
+
+    X, y, _ = _toy(n=900, seed=5)
+    deployed = LinearSVC(C=0.01).fit(X[:100] + 0.3, y[:100])
+    X1, y1, X2, y2, X3 = X[100:400], y[100:400], X[400:650], y[400:650], X[650:]
+    r0 = (deployed.predict(X2)[y2 == 1] == 1).mean()
+    objective = (300 * error_rate() + count_false_positives(dataset="D2")) * (1 / 550)
+    cons = [recall(dataset="D2") >= r0, churn(baseline=deployed, dataset="D3") <= 0.03]
+    start = SimpleNamespace(
+        coef_=4 * deployed.coef_, intercept_=4 * deployed.intercept_
+    )
+    data = {"D2": {"X": X2, "y": y2}, "D3": X3}
+    clf = RateConstrainedClassifier(
+        objective=objective, constraints=cons, mm_iterations=5, init=start
+    ).fit(X1, y1, datasets=data)
+    h = clf.history_
+    assert max(h[0]["constraints"]) <= 0.01  # the start is (nearly) feasible
+    assert max(h[-1]["constraints"]) <= 1e-3
+    assert h[-1]["objective"] < h[0]["objective"] - 0.01
+    # deterministic rates on the training data: recall kept, churn within target
+    assert (clf.predict(X2)[y2 == 1] == 1).mean() >= r0 - 0.02
+    assert (clf.predict(X3) != deployed.predict(X3)).mean() <= 0.04
+
+
 def test_infeasible_specification_is_reported_with_the_smallest_violation():
     X, y, g = _toy(n=150)
     e = np.zeros(150, bool)
