@@ -225,3 +225,38 @@ def aum_auc_at(c, m, dfp, dfn, s):
         auc += (FP[j + 1] - FP[k]) * ((tot - FN[j + 1]) + (tot - FN[k])) / 2.0 * norm
         k = j + 1
     return aum, auc
+
+
+@njit(cache=True, nogil=True)
+def aum_slope_at(c, m, dfp, dfn, s, q):
+    """AUM of the lines at step size s and its slope just after s; q sorts the lines
+    by their value at s (any order among equal values: runs of ties are re-sorted here
+    by slope, their order just after s)."""
+    B = c.shape[0]
+    T = c + m * s
+    i = 0
+    while i < B:
+        j = i + 1
+        while j < B and T[q[j]] == T[q[i]]:
+            j += 1
+        for a in range(i + 1, j):  # insertion sort of a (short) run of ties
+            x = q[a]
+            b = a
+            while b > i and m[q[b - 1]] > m[x]:
+                q[b] = q[b - 1]
+                b -= 1
+            q[b] = x
+        i = j
+    fp = 0.0
+    fn = 0.0
+    for k in range(B):
+        fn -= dfn[k]
+    aum = 0.0
+    slope = 0.0
+    for k in range(1, B):
+        fp += dfp[q[k - 1]]
+        fn += dfn[q[k - 1]]
+        mk = min(fp, fn)
+        aum += (T[q[k]] - T[q[k - 1]]) * mk
+        slope += (m[q[k]] - m[q[k - 1]]) * mk
+    return aum, slope

@@ -55,6 +55,48 @@ def test_line_search_equals_brute_force(seed, variant, rounding):
         )
 
 
+@pytest.mark.parametrize("rounding", [None, 1, 0])
+def test_bracketed_first_min_finds_the_same_minimum(seed, rounding):
+    """bracket=True locates the minimum by sorted evaluations and follows the path only
+    near it: the same minimiser and AUM as following it from 0, exact pieces from its
+    start on, and far fewer intersections processed."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    y = np.where(rng.random(n) < 0.3, 1, -1)
+    pred, d = rng.standard_normal(n), rng.standard_normal(n) + 0.5 * y
+    if rounding is not None:
+        pred, d = np.round(pred, rounding), np.round(d, rounding)
+    bp = Breakpoints.binary(y)
+    full = line_search(y, pred, d, variant="first-min")
+    near = line_search(y, pred, d, variant="first-min", bracket=True)
+    best = near.best_step()
+    assert best == pytest.approx(full.best_step(), rel=1e-9, abs=1e-12)
+    assert near.aum_at(best) == pytest.approx(full.aum.min(), rel=1e-9, abs=1e-12)
+    assert near.aum_at(best) == pytest.approx(brute(bp, pred, d, best)[0], abs=1e-9)
+    assert near.intersections <= full.intersections
+    for s in np.r_[near.step_sizes[:-1] + 1e-9, best]:
+        a, u = brute(bp, pred, d, s)
+        assert near.aum_at(s) == pytest.approx(a, abs=1e-9)
+        if s != best:
+            assert near.auc_at(s) == pytest.approx(u, abs=1e-9)
+    if near.step_sizes[0] > 0:
+        with pytest.raises(ValueError, match="where this search's pieces start"):
+            near.aum_at(0.0)
+
+
+def test_bracketed_search_processes_few_intersections():
+    rng = np.random.default_rng(7)
+    n = 3000
+    X = rng.standard_normal((n, 5))
+    y = np.where(X[:, 0] + rng.standard_normal(n) > 0, 1, -1)
+    pred = X @ (1e-3 * rng.standard_normal(5))  # far from the minimum, as a first step
+    d = X @ -(X.T @ aum_gradient(pred, Breakpoints.binary(y)))
+    full = line_search(y, pred, d, variant="first-min")
+    near = line_search(y, pred, d, variant="first-min", bracket=True)
+    assert near.best_step() == pytest.approx(full.best_step(), rel=1e-9)
+    assert full.intersections > 100_000 and near.intersections < n
+
+
 def test_many_lines_meeting_at_one_point():
     # lines T = -(p + s d) all through the same point at s = 1: p + d = 0.5
     rng = np.random.default_rng(3)
@@ -110,10 +152,12 @@ def test_learner_decreases_aum_every_step(seed):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((400, 6))
     y = np.where(X[:, 0] - 0.5 * X[:, 1] + 0.5 * rng.standard_normal(400) > 0, 1, -1)
-    for ls in ("first-min", "linear", "quadratic", "grid"):
+    for ls, bracket in (("first-min", True), ("first-min", False), ("linear", False),
+                        ("quadratic", False), ("grid", False)):  # fmt: skip
         clf = AUMLinearClassifier(
-            line_search=ls, max_iter=15, validation=0.25, random_state=seed
-        ).fit(X, y)
+            line_search=ls, bracket=bracket, max_iter=15, validation=0.25,
+            random_state=seed,
+        ).fit(X, y)  # fmt: skip
         aums = [h["aum"] for h in clf.history_]
         assert all(b <= a + 1e-12 for a, b in zip(aums, aums[1:])), (ls, aums)
         vals = [h["validation_auc"] for h in clf.history_]
@@ -139,6 +183,12 @@ def test_learner_decreases_aum_every_step(seed):
             "both classes",
         ),
         (lambda: line_search([1, -1], [0.0, np.nan], [1.0, 0.0]), "finite"),
+        (
+            lambda: line_search(
+                [1, -1], [0.0, 1.0], [1.0, 0.0], "linear", bracket=True
+            ),
+            'bracket=True needs variant="first-min"',
+        ),
         (
             lambda: Breakpoints.from_error_functions(
                 [0, 0], [-np.inf, 0.0], [1, 0], [1, 0]
