@@ -95,6 +95,13 @@ class Breakpoints:
                 ex.append(e)
         return cls(np.array(v), np.array(dfp), np.array(dfn), np.array(ex))
 
+    def is_binary(self) -> bool:
+        """One breakpoint per example at v = 0, each a positive's FN step or a
+        negative's FP step (as :meth:`binary` makes them)."""
+        one_each = len(np.unique(self.example)) == len(self.example)
+        steps = ((self.dfp > 0) & (self.dfn == 0)) | ((self.dfp == 0) & (self.dfn < 0))
+        return bool(one_each and np.all(self.v == 0) and np.all(steps))
+
     def lines(self, pred, pred_direction):
         pred = np.asarray(pred, float)
         d = np.asarray(pred_direction, float)
@@ -232,6 +239,12 @@ def line_search(
         if isinstance(labels_or_breakpoints, Breakpoints)
         else Breakpoints.binary(labels_or_breakpoints)
     )
+    if bracket and not bp.is_binary():
+        raise ValueError(
+            "bracket=True needs binary-classification breakpoints (one per example "
+            "at v = 0), where the AUM is convex in the step size; general error "
+            "functions can have several local minima: use bracket=False"
+        )
     c, m = bp.lines(pred, pred_direction)
     start = _bracket_first_min(c, m, bp.dfp, bp.dfn) if bracket else 0.0
     if start > 0.0:

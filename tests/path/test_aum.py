@@ -190,6 +190,20 @@ def test_learner_decreases_aum_every_step(seed):
             'bracket=True needs variant="first-min"',
         ),
         (
+            lambda: line_search(
+                Breakpoints.from_error_functions(
+                    [0, 0, 0, 1, 1],
+                    [-np.inf, 0.0, 1.0, -np.inf, 0.5],
+                    [0, 1, 0, 0, 1],
+                    [1, 1, 0, 1, 0],
+                ),
+                [0.0, 1.0],
+                [1.0, -1.0],
+                bracket=True,
+            ),
+            "bracket=True needs binary-classification breakpoints",
+        ),
+        (
             lambda: Breakpoints.from_error_functions(
                 [0, 0], [-np.inf, 0.0], [1, 0], [1, 0]
             ),
