@@ -10,7 +10,7 @@ from bigrate.errors import BigrateWarning, ChecksumError, DataError, DatasetExis
 from bigrate.io import load_model
 from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
-from bigrate.model_selection import NPSearchCV
+from bigrate.model_selection import BPSPSearchCV, NPSearchCV
 from bigrate.path import (
     AUMLinearClassifier,
     QuantilePathSVC,
@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AUMLinearClassifier",
+    "BPSPSearchCV",
     "BigrateWarning",
     "CostSensitiveSVC",
     "ChecksumError",

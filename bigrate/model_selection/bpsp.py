@@ -1,0 +1,647 @@
+"""Bi-parameter space partition (BPSP) of the cost-sensitive SVM (Gu et al. 2015),
+restated in ``../shared/docs/algorithms.md`` sec. 5.
+
+The 2C-SVM with costs (C+, C-) is written with lambda = 1 / (C+ + C-) and eta =
+C+ / (C+ + C-): the dual is min 1/(2 lambda) a^T Q a - sum(a), y^T a = 0,
+0 <= a_i <= box_i(eta) = (1 - y_i + 2 y_i eta) / 2 (eta for a positive, 1 - eta for a
+negative), with Q_ij = y_i y_j K(x_i, x_j). Scaled gradients g~_i = sum_j Q_ij a_j +
+y_i b' (b' = lambda b) sort the rows into a partition pi = (M, E, R): g~ = lambda on M,
+g~ <= lambda on E (a = box), g~ >= lambda on R (a = 0).
+
+For a fixed partition, a_M and b' solve the bordered system
+
+    [0    y_M^T ] [b' ]   [ -y_E^T a_E(eta)        ]
+    [y_M  Q_MM  ] [a_M] = [ lambda 1 - Q_ME a_E(eta)],   a_E(eta) = (1 - y_E)/2 + y_E eta,
+
+whose right side is affine in (lambda, eta): so are a, b' and every g~ (eq. 9-11).
+The set of (lambda, eta) keeping pi, its critical region (eq. 12-14), is a convex
+polygon: the rectangle cut by 0 <= a_M <= box(eta), g~_E <= lambda and g~_R >= lambda.
+
+Algorithm 1 with Theorem 2: the region R0 = CR(pi) n X of a convex piece X is recorded;
+the rest of X is split, one facet i of R0 at a time, into the convex pieces
+X n {facet i violated} n {facets j < i held}; each piece touches R0 along facet i, and
+by Theorem 3 the partition across that facet differs from pi by the one row the facet
+belongs to. A piece whose guessed partition does not hold there (degenerate crossings:
+several rows change at once) is seeded by a direct solve (our SMO) at one of its
+points, the partition then corrected by an active-set loop. Polygons are shapely's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+import shapely
+import shapely.geometry
+from shapely.geometry import Polygon, box
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import validate_data
+
+R_SET, M_SET, E_SET = 0, 1, 2
+
+
+@dataclass
+class Affine:
+    """a (n x 3), b' (3,) and g~ (n x 3) as coefficients of (1, lambda, eta)."""
+
+    alpha: np.ndarray
+    bprime: np.ndarray
+    gt: np.ndarray
+    singular: bool
+
+
+def affine_solution(Q, y, state) -> Affine:
+    """The solution for every (lambda, eta) under the partition ``state``."""
+    n = len(y)
+    M = np.flatnonzero(state == M_SET)
+    E = np.flatnonzero(state == E_SET)
+    aE = np.zeros((len(E), 3))
+    aE[:, 0] = (1 - y[E]) / 2
+    aE[:, 2] = y[E]
+    alpha = np.zeros((n, 3))
+    alpha[E] = aE
+    rhs = np.zeros((len(M) + 1, 3))
+    rhs[0] = -(y[E] @ aE)
+    rhs[1:] = -(Q[np.ix_(M, E)] @ aE)
+    rhs[1:, 1] += 1.0
+    A = np.zeros((len(M) + 1, len(M) + 1))
+    A[0, 1:] = y[M]
+    A[1:, 0] = y[M]
+    A[1:, 1:] = Q[np.ix_(M, M)]
+    singular = False
+    try:
+        sol = np.linalg.solve(A, rhs)
+        if not np.allclose(A @ sol, rhs, atol=1e-8 * max(1.0, np.abs(rhs).max())):
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        singular = True  # e.g. duplicate rows in M: the least-norm solution
+        sol = np.linalg.lstsq(A, rhs, rcond=None)[0]
+    bprime = sol[0]
+    alpha[M] = sol[1:]
+    gt = Q @ alpha + np.outer(y, bprime)
+    return Affine(alpha, bprime, gt, singular)
+
+
+# the kinds of inequality bounding a critical region, and where its row goes across it
+LOWER, UPPER, E_ROW, R_ROW = 0, 1, 2, 3
+_MOVE = {LOWER: R_SET, UPPER: E_SET, E_ROW: M_SET, R_ROW: M_SET}
+
+
+def inequalities(aff: Affine, y, state):
+    """Rows (a_lambda, a_eta, c, row, kind) of the critical region a . (lambda, eta)
+    <= c (eq. 12-14)."""
+    out = []
+    al, g = aff.alpha, aff.gt
+    M = np.flatnonzero(state == M_SET)
+    E = np.flatnonzero(state == E_SET)
+    R = np.flatnonzero(state == R_SET)
+    # 0 <= a_i  ->  -a_i <= 0
+    out.append(np.c_[-al[M, 1], -al[M, 2], al[M, 0], M, np.full(len(M), LOWER)])
+    # a_i <= (1 - y)/2 + y eta
+    out.append(
+        np.c_[al[M, 1], al[M, 2] - y[M], (1 - y[M]) / 2 - al[M, 0], M,
+              np.full(len(M), UPPER)]
+    )  # fmt: skip
+    # g~_i <= lambda on E; g~_i >= lambda on R
+    out.append(np.c_[g[E, 1] - 1.0, g[E, 2], -g[E, 0], E, np.full(len(E), E_ROW)])
+    out.append(np.c_[1.0 - g[R, 1], -g[R, 2], g[R, 0], R, np.full(len(R), R_ROW)])
+    return np.vstack(out)
+
+
+def _halfplane(a, b, c, bounds, keep_le=True):
+    """The polygon {a x + b y <= c} (or >= c) within a box that holds ``bounds``."""
+    x0, y0, x1, y1 = bounds
+    pad = 1.0 + max(x1 - x0, y1 - y0)
+    big = box(x0 - pad, y0 - pad, x1 + pad, y1 + pad)
+    if not keep_le:
+        a, b, c = -a, -b, -c
+    if abs(a) < 1e-300 and abs(b) < 1e-300:
+        return big if c >= 0 else Polygon()
+    # clip the big box by the line: shapely has no half-plane type, so build the
+    # polygon of the box's corners on the kept side plus the line's crossings
+    corners = np.array(big.exterior.coords)[:-1]
+    pts = []
+    for k in range(4):
+        p, q = corners[k], corners[(k + 1) % 4]
+        fp, fq = a * p[0] + b * p[1] - c, a * q[0] + b * q[1] - c
+        if fp <= 0:
+            pts.append(p)
+        if (fp < 0 < fq) or (fq < 0 < fp):
+            t = fp / (fp - fq)
+            pts.append(p + t * (q - p))
+    return Polygon(pts) if len(pts) >= 3 else Polygon()
+
+
+def clip(poly, ineq, tol):
+    """poly cut by the inequalities a . x <= c + tol that are not already met at
+    every vertex (a convex poly meets those everywhere)."""
+    if poly.is_empty:
+        return poly, np.zeros(0, int)
+    V = np.array(poly.exterior.coords)[:-1]
+    viol = (V @ ineq[:, :2].T - ineq[:, 2]) > tol
+    active = np.flatnonzero(viol.any(axis=0))
+    for k in active:
+        a, b, c = ineq[k, :3]
+        poly = poly.intersection(_halfplane(a, b, c + tol, poly.bounds))
+        if poly.is_empty or poly.area == 0:
+            return Polygon(), active
+        if poly.geom_type != "Polygon":  # a sliver of rounding: keep the largest part
+            parts = [g for g in getattr(poly, "geoms", []) if g.geom_type == "Polygon"]
+            poly = max(parts, key=lambda g: g.area) if parts else Polygon()
+    return poly, active
+
+
+def facets(poly, ineq, candidates, tol):
+    """The candidate inequalities whose line carries an edge of ``poly`` (its
+    compact representation within the piece it was cut from)."""
+    if poly.is_empty:
+        return []
+    V = np.array(poly.exterior.coords)
+    out = []
+    for k in candidates:
+        a, b, c = ineq[k, :3]
+        scale = max(abs(a), abs(b), 1e-300)
+        on = (
+            np.abs(V @ np.array([a, b]) - c)
+            <= 1e3 * tol * max(1.0, abs(c)) + tol * scale
+        )
+        # two consecutive vertices on the line: an edge
+        if np.any(on[:-1] & on[1:]):
+            out.append(int(k))
+    return out
+
+
+@dataclass
+class Region:
+    polygon: Polygon
+    state: np.ndarray
+    affine: Affine
+
+
+@dataclass
+class Diagnostics:
+    regions: int = 0
+    direct_solves: int = 0
+    corrections: int = 0
+    singular_systems: int = 0
+    thin_pieces: int = 0
+    thin_area: float = 0.0
+    unresolved_pieces: int = 0
+    unresolved_area: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+class Partitioner:
+    """The critical-region partition of [lambda_min, 1] x [0, 1] for one training set
+    (rows X, labels y in {-1, +1}, kernel parameters as KernelProblem takes them)."""
+
+    def __init__(self, X, y, *, kernel="rbf", gamma=1.0, coef0=0.0, degree=3,
+                 lambda_min=1e-3, area_tol=1e-9, tol=1e-9, max_regions=20_000,
+                 solve_tol=1e-7):  # fmt: skip
+        from bigrate.kernel.smo import KernelProblem, cross_kernel
+
+        self.y = np.asarray(y, float)
+        self.problem = KernelProblem(X, kernel=kernel, gamma=gamma, coef0=coef0,
+                                     degree=degree)  # fmt: skip
+        self.K = cross_kernel(X, X, kernel, gamma, coef0, degree)
+        self.Q = self.K * np.outer(self.y, self.y)
+        self.lambda_min, self.area_tol, self.tol = lambda_min, area_tol, tol
+        self.max_regions, self.solve_tol = max_regions, solve_tol
+        self.diag = Diagnostics()
+
+    # ------------------------------------------------------------ direct solves
+    def solve_at(self, lam, eta):
+        """(alpha, b') by our SMO solver at one parameter pair (C+ = eta / lambda,
+        C- = (1 - eta) / lambda), in the scaled units of this module."""
+        y = self.y
+        C = np.where(y > 0, eta, 1.0 - eta) / lam
+        res = self.problem.solve(y, np.ones_like(y), np.zeros_like(y), C, 0.0,
+                                 eps=self.solve_tol)  # fmt: skip
+        return lam * res.alpha, lam * res.b
+
+    def state_from(self, alpha, bprime, lam, eta):
+        box_ = np.where(self.y > 0, eta, 1.0 - eta)
+        gt = self.Q @ alpha + self.y * bprime
+        tol = 1e-6 * max(lam, 1e-12)
+        state = np.full(len(self.y), M_SET)
+        state[(alpha <= 1e-9 * max(box_.max(), 1e-12)) & (gt > lam + tol)] = R_SET
+        state[(alpha >= box_ - 1e-9 * max(box_.max(), 1e-12)) & (gt < lam - tol)] = (
+            E_SET
+        )
+        return state
+
+    def correct(self, state, lam, eta, rounds=50):
+        """Active-set corrections until the partition's affine solution satisfies its
+        own conditions at (lam, eta) (moves every violating row, worst first)."""
+        x = np.array([lam, eta])
+        for _ in range(rounds):
+            aff = affine_solution(self.Q, self.y, state)
+            ineq = inequalities(aff, self.y, state)
+            v = ineq[:, :2] @ x - ineq[:, 2]
+            bad = v > 1e-9
+            if not bad.any():
+                return state, aff
+            k = int(np.argmax(v))
+            state = state.copy()
+            state[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]
+            self.diag.corrections += 1
+        return state, affine_solution(self.Q, self.y, state)
+
+    # ------------------------------------------------------------ the partition
+    def run(self, progress=None) -> list[Region]:
+        X0 = box(self.lambda_min, 0.0, 1.0, 1.0)
+        stack = [(X0, None)]
+        regions: list[Region] = []
+        total = X0.area
+        covered = 0.0
+        while stack:
+            X, state = stack.pop()
+            P, state, aff, active, ineq = self._region(X, state)
+            if P is None:
+                continue
+            regions.append(Region(P, state, aff))
+            covered += P.area
+            if progress is not None:
+                progress(covered / total, len(regions))
+            if len(regions) > self.max_regions:
+                raise RuntimeError(
+                    f"BPSP stopped at max_regions={self.max_regions} regions "
+                    f"({covered / total:.1%} of the parameter rectangle covered); raise "
+                    "max_regions or lambda_min (regions crowd near lambda = 0, i.e. "
+                    "very large C)"
+                )
+            st = regions[-1].state
+            fac = facets(P, ineq, active, self.tol)
+            for i, k in enumerate(fac):
+                a, b, c = ineq[k, :3]
+                piece = X.intersection(_halfplane(a, b, c, X.bounds, keep_le=False))
+                for j in fac[:i]:
+                    piece = piece.intersection(_halfplane(*ineq[j, :3], piece.bounds))
+                    if piece.is_empty:
+                        break
+                piece = _largest(piece)
+                if piece is None:
+                    continue
+                if piece.area <= self.area_tol:
+                    self.diag.thin_pieces += 1
+                    self.diag.thin_area += piece.area
+                    continue
+                nxt = st.copy()
+                nxt[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]  # Theorem 3
+                stack.append((piece, nxt))
+        self.diag.regions = len(regions)
+        return regions
+
+    def _region(self, X, state):
+        """CR(state) n X, falling back to a direct solve at a point of X when the
+        guessed partition does not hold in X."""
+        for attempt in range(2):
+            if state is None or attempt == 1:
+                lam, eta = X.representative_point().coords[0]
+                a, bp = self.solve_at(lam, eta)
+                self.diag.direct_solves += 1
+                state = self.state_from(a, bp, lam, eta)
+                state, aff = self.correct(state, lam, eta)
+            else:
+                aff = affine_solution(self.Q, self.y, state)
+            if aff.singular:
+                self.diag.singular_systems += 1
+            ineq = inequalities(aff, self.y, state)
+            P, active = clip(X, ineq, self.tol)
+            P = _largest(P)
+            if P is not None and P.area > self.area_tol:
+                return P, state, aff, active, ineq
+        self.diag.unresolved_pieces += 1
+        self.diag.unresolved_area += X.area
+        return None, None, None, None, None
+
+
+# ---------------------------------------------------------------- invariant regions
+def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e-12):
+    """The region split by the sign pattern of the decision function on validation
+    rows (eq. 15-18): f(x) = (sum_j a_j y_j K(x_j, x) + b') / lambda, whose numerator
+    h is affine in (lambda, eta) on the region, so each validation row's sign flips on
+    one line. Returns [(cost-weighted errors, polygon)]: errors = cost_fn * false
+    negatives + cost_fp * false positives (predicted positive iff f > 0)."""
+    H = Kv @ (region.affine.alpha * y_train[:, None]) + region.affine.bprime
+    P = region.polygon
+    V = np.array(P.exterior.coords)[:-1]
+    vals = H[:, :1] + V[:, 0] * H[:, 1:2] + V[:, 1] * H[:, 2:3]  # rows x vertices
+    scale = np.abs(H).max(axis=1, keepdims=True) + 1e-300
+    crossing = np.flatnonzero(
+        (vals > tol * scale).any(axis=1) & (vals < -tol * scale).any(axis=1)
+    )
+    cells = [P]
+    for v in crossing:
+        a, b, c = H[v, 1], H[v, 2], -H[v, 0]  # h <= 0  <=>  a lambda + b eta <= c
+        nxt = []
+        for cell in cells:
+            W = np.array(cell.exterior.coords)[:-1]
+            h = H[v, 0] + W @ H[v, 1:]
+            if (h >= -tol * scale[v, 0]).all() or (h <= tol * scale[v, 0]).all():
+                nxt.append(cell)
+                continue
+            for part in (
+                cell.intersection(_halfplane(a, b, c, cell.bounds)),
+                cell.intersection(_halfplane(a, b, c, cell.bounds, keep_le=False)),
+            ):
+                part = _largest(part)
+                if part is not None and part.area > 0:
+                    nxt.append(part)
+        cells = nxt
+    out = []
+    wrong_cost = np.where(y_val > 0, cost_fn, cost_fp)
+    for cell in cells:
+        lam, eta = cell.representative_point().coords[0]
+        pred = np.where(H[:, 0] + H[:, 1] * lam + H[:, 2] * eta > 0, 1.0, -1.0)
+        out.append((float(wrong_cost[pred != y_val].sum()), cell))
+    return out
+
+
+def dissolve(pairs):
+    """[(value, polygon)] -> {value: union of its polygons}."""
+    groups: dict = {}
+    for v, g in pairs:
+        groups.setdefault(round(v, 12), []).append(g)
+    return {v: shapely.union_all(gs) for v, gs in groups.items()}
+
+
+def superpose(maps):
+    """Sum of piecewise-constant maps {value: geometry} over the same rectangle: the
+    exact K-fold total for every parameter pair, dissolved by value."""
+    total = maps[0]
+    for m in maps[1:]:
+        pairs = []
+        for v1, g1 in total.items():
+            for v2, g2 in m.items():
+                if not g1.intersects(g2):
+                    continue
+                inter = g1.intersection(g2)
+                if inter.area > 0:
+                    pairs.append((v1 + v2, inter))
+        total = dissolve(pairs)
+    return total
+
+
+def _largest(geom):
+    if geom is None or geom.is_empty:
+        return None
+    if geom.geom_type == "Polygon":
+        return geom
+    parts = [g for g in getattr(geom, "geoms", []) if g.geom_type == "Polygon"]
+    return max(parts, key=lambda g: g.area) if parts else None
+
+
+# ---------------------------------------------------------------- the estimator
+def _fold_map(data, train, test, params):
+    """One task: the partition on the training rows and its invariant regions on the
+    test rows, dissolved by cost-weighted error; geometry as WKB (plain data)."""
+    import time
+
+    X, y = data
+    t0 = time.perf_counter()
+    part = Partitioner(
+        X[train], y[train], kernel=params["kernel"], gamma=params["gamma"],
+        coef0=params["coef0"], degree=params["degree"],
+        lambda_min=params["lambda_min"], max_regions=params["max_regions"],
+    )  # fmt: skip
+    regions = part.run()
+    from bigrate.kernel.smo import cross_kernel
+
+    Kv = cross_kernel(X[test], X[train], params["kernel"], params["gamma"],
+                      params["coef0"], params["degree"])  # fmt: skip
+    pairs = []
+    for r in regions:
+        pairs += invariant_cells(r, Kv, y[train], y[test], params["cost_fn"],
+                                 params["cost_fp"])  # fmt: skip
+    dmap = dissolve(pairs)
+    distinct = len({r.state.tobytes() for r in regions})
+    return {
+        "map": [(v, shapely.to_wkb(g)) for v, g in dmap.items()],
+        "diagnostics": {**part.diag.as_dict(), "distinct_partitions": distinct,
+                        "invariant_cells": len(pairs),
+                        "seconds": time.perf_counter() - t0},
+    }  # fmt: skip
+
+
+class BPSPSearchCV(BaseEstimator):
+    """Exact K-fold cross-validation of the cost-sensitive SVM over every (C+, C-)
+    with C+ + C- >= 1 / lambda_max (Gu et al. 2015): the (lambda, eta) rectangle
+    [lambda_min, 1] x [0, 1] (lambda = 1 / (C+ + C-), eta = C+ / (C+ + C-)) is
+    partitioned into the critical regions of each training fold, each refined by the
+    sign pattern on its validation fold; superposing the folds gives the CV error of
+    every parameter pair as polygons, and the centre of the best one is returned.
+
+    Parameters
+    ----------
+    kernel, gamma, coef0, degree : as CostSensitiveSVC; ``gamma`` may be a list (one
+        partition per value).
+    cv : int >= 2 or an iterable of (train, test) index arrays
+    cost_fn, cost_fp : float > 0
+        Validation cost of a positive predicted negative / a negative predicted
+        positive (the paper's C(-,+) and C(+,-)).
+    engine : {"ray", "local"}; address: an existing Ray cluster (None: embedded Ray on
+        127.0.0.1). One task per (fold, gamma); the data go to the object store once.
+    lambda_min : float in (0, 1)
+        Smallest lambda (largest C+ + C- = 1 / lambda_min) searched.
+    max_regions : int
+        Per fold and gamma: stop with an error beyond this many regions.
+    run_dir : path or None
+        Where the partition is saved (``bpsp_partition.json``, GeoJSON-like).
+
+    Attributes
+    ----------
+    best_params_ (gamma, lambda, eta, C_pos, C_neg), cv_error_ (cost-weighted errors per
+    validation row), partition_ (per gamma: [{"cv_error", "geometry"}]), diagnostics_,
+    best_estimator_ (CostSensitiveSVC refitted on all rows).
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": [StrOptions({"linear", "rbf", "poly"})],
+        "gamma": "no_validation",
+        "coef0": [Real],
+        "degree": [Interval(Integral, 1, None, closed="left")],
+        "cv": "no_validation",
+        "cost_fn": [Interval(Real, 0, None, closed="neither")],
+        "cost_fp": [Interval(Real, 0, None, closed="neither")],
+        "engine": [StrOptions({"ray", "local"})],
+        "address": [str, None],
+        "lambda_min": [Interval(Real, 0, 1, closed="neither")],
+        "max_regions": [Interval(Integral, 1, None, closed="left")],
+        "run_dir": "no_validation",
+        "random_state": ["random_state"],
+        "progress": ["boolean"],
+    }
+
+    def __init__(self, *, kernel="rbf", gamma="scale", coef0=0.0, degree=3, cv=5,
+                 cost_fn=1.0, cost_fp=1.0, engine="ray", address=None,
+                 lambda_min=1e-3, max_regions=20_000, run_dir=None, random_state=0,
+                 progress=True):  # fmt: skip
+        self.kernel = kernel
+        self.gamma = gamma
+        self.coef0 = coef0
+        self.degree = degree
+        self.cv = cv
+        self.cost_fn = cost_fn
+        self.cost_fp = cost_fp
+        self.engine = engine
+        self.address = address
+        self.lambda_min = lambda_min
+        self.max_regions = max_regions
+        self.run_dir = run_dir
+        self.random_state = random_state
+        self.progress = progress
+
+    def _splits(self, X, y):
+        from sklearn.model_selection import StratifiedKFold
+
+        if isinstance(self.cv, (int, np.integer)) and not isinstance(self.cv, bool):
+            if self.cv < 2:
+                raise ValueError(f"cv must be >= 2 folds, got {self.cv}")
+            folds = StratifiedKFold(int(self.cv), shuffle=True,
+                                    random_state=self.random_state).split(X, y)  # fmt: skip
+        else:
+            try:
+                folds = list(self.cv)
+            except TypeError:
+                raise ValueError(
+                    "cv must be a fold count >= 2 or an iterable of (train, test) "
+                    f"index arrays, got {self.cv!r}"
+                ) from None
+        out = [(np.asarray(a), np.asarray(b)) for a, b in folds]
+        if len(out) < 2:
+            raise ValueError(f"cv gives {len(out)} fold(s); at least 2 are needed")
+        for k, (tr, te) in enumerate(out):
+            for name, idx in (("train", tr), ("test", te)):
+                if len(np.unique(y[idx])) < 2:
+                    raise ValueError(
+                        f"cv fold {k}: its {name} rows hold only class "
+                        f"{np.unique(y[idx]).tolist()}; each fold needs both classes"
+                    )
+        return out
+
+    def _gammas(self, X):
+        from bigrate.kernel.smo import resolve_gamma
+
+        raw = self.gamma if isinstance(self.gamma, (list, tuple)) else [self.gamma]
+        out = []
+        for g in raw:
+            if isinstance(g, str) and g in ("scale", "auto"):
+                out.append(resolve_gamma(g, X))
+            elif isinstance(g, Real) and g > 0:
+                out.append(float(g))
+            else:
+                raise ValueError(
+                    f"gamma must be a float > 0, 'scale', 'auto' or a list of them; "
+                    f"got {g!r}"
+                )
+        return out
+
+    def _engine(self):
+        if self.engine == "ray":
+            from bigrate.engines.ray import RayEngine
+
+            return RayEngine(self.address)
+        from bigrate.engines.local import LocalEngine
+
+        return LocalEngine()
+
+    def fit(self, X, y):
+        from bigrate._validation import binary_classes
+        from bigrate.kernel.svc import CostSensitiveSVC
+        from bigrate.progress import Progress
+
+        self._validate_params()
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        yy = binary_classes(self, y).astype(float)
+        splits = self._splits(X, yy)
+        gammas = self._gammas(X)
+        base = {"kernel": self.kernel, "coef0": float(self.coef0),
+                "degree": int(self.degree), "lambda_min": float(self.lambda_min),
+                "max_regions": int(self.max_regions), "cost_fn": float(self.cost_fn),
+                "cost_fp": float(self.cost_fp)}  # fmt: skip
+        tasks = [(g, k) for g in range(len(gammas)) for k in range(len(splits))]
+        bar = Progress("BPSP folds", total=len(tasks), enabled=self.progress)
+        results = {}
+        with self._engine() as eng:
+            handle = eng.put((X, yy))
+            args = [(handle, splits[k][0], splits[k][1], {**base, "gamma": gammas[g]})
+                    for g, k in tasks]  # fmt: skip
+            for j, res in eng.map(_fold_map, args):
+                if isinstance(res, Exception):
+                    raise RuntimeError(
+                        f"BPSP task (gamma={gammas[tasks[j][0]]:g}, fold "
+                        f"{tasks[j][1]}) failed: {res}"
+                    ) from res
+                results[tasks[j]] = res
+                bar.update(1)
+        bar.close()
+        n_val = sum(len(te) for _, te in splits)
+        self.partition_, self.diagnostics_ = {}, {}
+        best = None
+        for g, gamma in enumerate(gammas):
+            maps = [
+                {v: shapely.from_wkb(w) for v, w in results[(g, k)]["map"]}
+                for k in range(len(splits))
+            ]
+            total = superpose(maps)
+            cells = sorted(((v / n_val, geom) for v, geom in total.items()),
+                           key=lambda t: t[0])  # fmt: skip
+            self.partition_[gamma] = [
+                {"cv_error": e, "geometry": shapely.geometry.mapping(geom)}
+                for e, geom in cells
+            ]
+            self.diagnostics_[gamma] = [results[(g, k)]["diagnostics"]
+                                        for k in range(len(splits))]  # fmt: skip
+            if best is None or cells[0][0] < best[0]:
+                best = (cells[0][0], gamma, cells[0][1])
+        err, gamma, geom = best
+        piece = _largest(geom) if geom.geom_type != "Polygon" else geom
+        centre = piece.centroid
+        if not piece.contains(centre):
+            centre = piece.representative_point()
+        lam, eta = centre.x, centre.y
+        self.cv_error_ = float(err)
+        self.best_params_ = {"gamma": gamma, "lambda": lam, "eta": eta,
+                             "C_pos": eta / lam, "C_neg": (1.0 - eta) / lam}  # fmt: skip
+        self.best_estimator_ = CostSensitiveSVC(
+            C_pos=max(eta / lam, 1e-12), C_neg=max((1.0 - eta) / lam, 1e-12),
+            kernel=self.kernel, gamma=gamma, coef0=self.coef0, degree=self.degree,
+        ).fit(X, y)  # fmt: skip
+        if self.run_dir is not None:
+            self._save()
+        return self
+
+    def decision_function(self, X):
+        return self.best_estimator_.decision_function(X)
+
+    def predict(self, X):
+        return self.best_estimator_.predict(X)
+
+    def _save(self):
+        import json
+        from pathlib import Path
+
+        from bigrate.data.writer import atomic_write_text
+
+        out = {
+            "best_params": self.best_params_,
+            "cv_error": self.cv_error_,
+            "partition": [
+                {"gamma": g, "cells": cells} for g, cells in self.partition_.items()
+            ],
+            "diagnostics": [
+                {"gamma": g, "folds": d} for g, d in self.diagnostics_.items()
+            ],
+        }
+        path = Path(self.run_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / "bpsp_partition.json", json.dumps(out) + "\n")
+
+
+__all__ = ["BPSPSearchCV", "Partitioner", "affine_solution", "inequalities"]

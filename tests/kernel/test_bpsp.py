@@ -1,0 +1,136 @@
+"""BPSP: the critical-region partition against direct SMO solves, coverage of the
+rectangle, exact K-fold CV error of the returned pair, Ray vs local, bad input."""
+
+import numpy as np
+import pytest
+import shapely
+from shapely.geometry import Point
+from sklearn.model_selection import StratifiedKFold
+
+from bigrate import BPSPSearchCV, CostSensitiveSVC
+from bigrate.kernel.smo import cross_kernel
+from bigrate.model_selection.bpsp import Partitioner, invariant_cells
+
+
+def _data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    y = np.where(X[:, 0] + 0.7 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def partition():
+    X, y = _data(26)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    return X, y, p, p.run()
+
+
+def test_partition_matches_direct_solves_at_random_points(partition):
+    X, y, p, regions = partition
+    Xv, yv = _data(15, seed=1)
+    Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
+    rng = np.random.default_rng(2)
+    for _ in range(25):
+        lam, eta = rng.uniform(0.05, 1.0), rng.uniform(0.0, 1.0)
+        hit = [r for r in regions if r.polygon.contains(Point(lam, eta))]
+        assert len(hit) == 1, (lam, eta, len(hit))
+        r = hit[0]
+        x = np.array([1.0, lam, eta])
+        a, bprime = r.affine.alpha @ x, r.affine.bprime @ x
+        p.solve_tol = 1e-9
+        a_direct, b_direct = p.solve_at(lam, eta)
+        box = max(eta, 1 - eta)
+        assert np.abs(a - a_direct).max() <= 1e-5 * box
+        # the validation sign pattern of the partition's solution is the direct one's
+        f = Kv @ (a * y) + bprime
+        f_direct = Kv @ (a_direct * y) + b_direct
+        clear = np.abs(f_direct) > 1e-4
+        assert (np.sign(f[clear]) == np.sign(f_direct[clear])).all()
+        # and its invariant cell there predicts the same
+        cells = invariant_cells(r, Kv, y, yv, 1.0, 1.0)
+        inside = [e for e, c in cells if c.contains(Point(lam, eta))]
+        if inside:
+            wrong = int((np.where(f_direct > 0, 1.0, -1.0) != yv).sum())
+            assert abs(inside[0] - wrong) <= int((~clear).sum())
+
+
+def test_regions_cover_the_rectangle_without_overlap(partition):
+    _, _, p, regions = partition
+    polys = [r.polygon for r in regions]
+    total = sum(g.area for g in polys)
+    rect = 0.95 * 1.0
+    assert total == pytest.approx(rect, abs=1e-6)
+    assert shapely.union_all(polys).area == pytest.approx(rect, abs=1e-6)
+    assert p.diag.unresolved_area <= 1e-6 and p.diag.regions == len(regions)
+
+
+def test_cv_error_of_the_returned_pair_equals_direct_fits():
+    X, y = _data(45, seed=3)
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=1).split(X, y))
+    s = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
+                     lambda_min=0.05, progress=False).fit(X, y)  # fmt: skip
+    bp = s.best_params_
+    assert bp["C_pos"] == pytest.approx(bp["eta"] / bp["lambda"])
+    cost = 0.0
+    for tr, te in folds:
+        m = CostSensitiveSVC(C_pos=bp["C_pos"], C_neg=bp["C_neg"], gamma=0.5,
+                             tol=1e-9).fit(X[tr], y[tr])  # fmt: skip
+        pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
+        cost += (np.where(y[te] > 0, 2.0, 1.0) * (pred != y[te])).sum()
+    assert s.cv_error_ == pytest.approx(cost / len(y))
+    # the CV-error map covers the rectangle, its minimum is the returned error
+    cells = s.partition_[0.5]
+    assert cells[0]["cv_error"] == s.cv_error_
+    area = sum(shapely.geometry.shape(c["geometry"]).area for c in cells)
+    assert area == pytest.approx(0.95, abs=1e-5)
+    assert set(s.best_estimator_.predict(X)) <= {-1.0, 1.0}
+
+
+def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
+    X, y = _data(30, seed=4)
+    kw = dict(gamma=[0.5, 2.0], cv=2, lambda_min=0.1, progress=False)
+    local = BPSPSearchCV(engine="local", **kw).fit(X, y)
+    ray = BPSPSearchCV(engine="ray", run_dir=tmp_path / "run", **kw).fit(X, y)
+    assert ray.cv_error_ == local.cv_error_
+    assert ray.best_params_ == pytest.approx(local.best_params_)
+    import json
+
+    saved = json.loads((tmp_path / "run" / "bpsp_partition.json").read_text())
+    assert saved["cv_error"] == ray.cv_error_
+    assert {c["gamma"] for c in saved["partition"]} == {0.5, 2.0}
+    assert saved["partition"][0]["cells"][0]["geometry"]["type"] in (
+        "Polygon",
+        "MultiPolygon",
+    )
+
+
+def test_region_guard_stops_with_a_clear_message():
+    X, y = _data(26)
+    with pytest.raises(RuntimeError, match="max_regions=5 regions"):
+        Partitioner(X, y, gamma=0.5, lambda_min=0.05, max_regions=5).run()
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(cost_fn=0.0), "cost_fn"),
+        (dict(cost_fp=-1.0), "cost_fp"),
+        (dict(cv=1), "cv must be >= 2 folds"),
+        (dict(gamma=-1.0), "gamma must be a float > 0"),
+        (dict(kernel="sigmoid"), "kernel"),
+        (dict(lambda_min=0.0), "lambda_min"),
+    ],
+)
+def test_bad_input_fails_before_work(kw, match):
+    X, y = _data(20)
+    with pytest.raises(ValueError, match=match):
+        BPSPSearchCV(engine="local", progress=False, **kw).fit(X, y)
+
+
+def test_a_fold_without_both_classes_is_refused():
+    X, y = _data(20)
+    pos, neg = np.flatnonzero(y > 0), np.flatnonzero(y < 0)
+    folds = [(np.r_[pos, neg[:3]], neg[3:]), (neg[3:], np.r_[pos, neg[:3]])]
+    with pytest.raises(ValueError, match="cv fold 0: its test rows hold only class"):
+        BPSPSearchCV(cv=folds, engine="local", progress=False).fit(X, y)
