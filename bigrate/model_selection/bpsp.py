@@ -64,16 +64,18 @@ def affine_solution(Q, y, state) -> Affine:
     alpha[E] = aE
     rhs = np.zeros((len(M) + 1, 3))
     rhs[0] = -(y[E] @ aE)
-    rhs[1:] = -(Q[np.ix_(M, E)] @ aE)
+    QM = Q[M]
+    rhs[1:] = -(QM[:, E] @ aE)
     rhs[1:, 1] += 1.0
     A = np.zeros((len(M) + 1, len(M) + 1))
     A[0, 1:] = y[M]
     A[1:, 0] = y[M]
-    A[1:, 1:] = Q[np.ix_(M, M)]
+    A[1:, 1:] = QM[:, M]
     singular = False
     try:
         sol = np.linalg.solve(A, rhs)
-        if not np.allclose(A @ sol, rhs, atol=1e-8 * max(1.0, np.abs(rhs).max())):
+        resid = np.abs(A @ sol - rhs).max()
+        if not resid <= 1e-8 * max(1.0, np.abs(rhs).max()):
             raise np.linalg.LinAlgError
     except np.linalg.LinAlgError:
         singular = True  # e.g. duplicate rows in M: the least-norm solution
@@ -92,46 +94,54 @@ _MOVE = {LOWER: R_SET, UPPER: E_SET, E_ROW: M_SET, R_ROW: M_SET}
 def inequalities(aff: Affine, y, state):
     """Rows (a_lambda, a_eta, c, row, kind) of the critical region a . (lambda, eta)
     <= c (eq. 12-14)."""
-    out = []
     al, g = aff.alpha, aff.gt
     M = np.flatnonzero(state == M_SET)
     E = np.flatnonzero(state == E_SET)
     R = np.flatnonzero(state == R_SET)
+    m, e = len(M), len(E)
+    out = np.empty((2 * m + e + len(R), 5))
     # 0 <= a_i  ->  -a_i <= 0
-    out.append(np.c_[-al[M, 1], -al[M, 2], al[M, 0], M, np.full(len(M), LOWER)])
+    blk = out[:m]
+    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
+        -al[M, 1], -al[M, 2], al[M, 0], M, LOWER)  # fmt: skip
     # a_i <= (1 - y)/2 + y eta
-    out.append(
-        np.c_[al[M, 1], al[M, 2] - y[M], (1 - y[M]) / 2 - al[M, 0], M,
-              np.full(len(M), UPPER)]
-    )  # fmt: skip
+    blk = out[m : 2 * m]
+    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
+        al[M, 1], al[M, 2] - y[M], (1 - y[M]) / 2 - al[M, 0], M, UPPER)  # fmt: skip
     # g~_i <= lambda on E; g~_i >= lambda on R
-    out.append(np.c_[g[E, 1] - 1.0, g[E, 2], -g[E, 0], E, np.full(len(E), E_ROW)])
-    out.append(np.c_[1.0 - g[R, 1], -g[R, 2], g[R, 0], R, np.full(len(R), R_ROW)])
-    return np.vstack(out)
+    blk = out[2 * m : 2 * m + e]
+    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
+        g[E, 1] - 1.0, g[E, 2], -g[E, 0], E, E_ROW)  # fmt: skip
+    blk = out[2 * m + e :]
+    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
+        1.0 - g[R, 1], -g[R, 2], g[R, 0], R, R_ROW)  # fmt: skip
+    return out
 
 
-def _halfplane(a, b, c, bounds, keep_le=True):
-    """The polygon {a x + b y <= c} (or >= c) within a box that holds ``bounds``."""
+def halfplanes(abc, bounds):
+    """Polygons of the half-planes a x + b y <= c (rows of ``abc``) over the region
+    ``bounds``: shapely has no half-plane type, so each is a square with one side on
+    the line, large enough to hold the bounds (built in one vectorised call)."""
+    abc = np.atleast_2d(np.asarray(abc, float))
     x0, y0, x1, y1 = bounds
-    pad = 1.0 + max(x1 - x0, y1 - y0)
-    big = box(x0 - pad, y0 - pad, x1 + pad, y1 + pad)
-    if not keep_le:
-        a, b, c = -a, -b, -c
-    if abs(a) < 1e-300 and abs(b) < 1e-300:
-        return big if c >= 0 else Polygon()
-    # clip the big box by the line: shapely has no half-plane type, so build the
-    # polygon of the box's corners on the kept side plus the line's crossings
-    corners = np.array(big.exterior.coords)[:-1]
-    pts = []
-    for k in range(4):
-        p, q = corners[k], corners[(k + 1) % 4]
-        fp, fq = a * p[0] + b * p[1] - c, a * q[0] + b * q[1] - c
-        if fp <= 0:
-            pts.append(p)
-        if (fp < 0 < fq) or (fq < 0 < fp):
-            t = fp / (fp - fq)
-            pts.append(p + t * (q - p))
-    return Polygon(pts) if len(pts) >= 3 else Polygon()
+    mid = np.array([(x0 + x1) / 2, (y0 + y1) / 2])
+    extent = max(x1 - x0, y1 - y0, 1e-12)
+    norm = np.hypot(abc[:, 0], abc[:, 1])
+    flat = norm < 1e-300
+    norm = np.where(flat, 1.0, norm)
+    u = abc[:, :2] / norm[:, None]  # unit normal, towards the violated side
+    dist = (abc[:, :2] @ mid - abc[:, 2]) / norm
+    q = mid - dist[:, None] * u  # mid projected onto the line
+    d = np.stack([-u[:, 1], u[:, 0]], axis=1)
+    L = (2.0 * extent + np.abs(dist) + 1.0)[:, None]
+    ring = np.stack([q - L * d, q + L * d, q + L * d - L * u, q - L * d - L * u,
+                     q - L * d], axis=1)  # fmt: skip
+
+    out = shapely.polygons(ring)
+    if flat.any():  # 0 <= c: everything; otherwise nothing
+        whole = box(x0 - extent, y0 - extent, x1 + extent, y1 + extent)
+        out[flat] = [whole if c >= 0 else Polygon() for c in abc[flat, 2]]
+    return out
 
 
 def clip(poly, ineq, tol):
@@ -142,35 +152,26 @@ def clip(poly, ineq, tol):
     V = np.array(poly.exterior.coords)[:-1]
     viol = (V @ ineq[:, :2].T - ineq[:, 2]) > tol
     active = np.flatnonzero(viol.any(axis=0))
-    for k in active:
-        a, b, c = ineq[k, :3]
-        poly = poly.intersection(_halfplane(a, b, c + tol, poly.bounds))
-        if poly.is_empty or poly.area == 0:
-            return Polygon(), active
-        if poly.geom_type != "Polygon":  # a sliver of rounding: keep the largest part
-            parts = [g for g in getattr(poly, "geoms", []) if g.geom_type == "Polygon"]
-            poly = max(parts, key=lambda g: g.area) if parts else Polygon()
-    return poly, active
+    if len(active) == 0:
+        return poly, active
+    abc = ineq[active, :3].copy()
+    abc[:, 2] += tol
+    out = shapely.intersection_all([poly, *halfplanes(abc, poly.bounds)])
+    return (_largest(out) or Polygon()), active
 
 
 def facets(poly, ineq, candidates, tol):
     """The candidate inequalities whose line carries an edge of ``poly`` (its
     compact representation within the piece it was cut from)."""
-    if poly.is_empty:
+    if poly.is_empty or len(candidates) == 0:
         return []
     V = np.array(poly.exterior.coords)
-    out = []
-    for k in candidates:
-        a, b, c = ineq[k, :3]
-        scale = max(abs(a), abs(b), 1e-300)
-        on = (
-            np.abs(V @ np.array([a, b]) - c)
-            <= 1e3 * tol * max(1.0, abs(c)) + tol * scale
-        )
-        # two consecutive vertices on the line: an edge
-        if np.any(on[:-1] & on[1:]):
-            out.append(int(k))
-    return out
+    A = ineq[candidates]
+    scale = np.maximum(np.abs(A[:, :2]).max(axis=1), 1e-300)
+    slack = 1e3 * tol * np.maximum(1.0, np.abs(A[:, 2])) + tol * scale
+    on = np.abs(V @ A[:, :2].T - A[:, 2]) <= slack  # vertices x candidates
+    edge = (on[:-1] & on[1:]).any(axis=0)  # two consecutive vertices on the line
+    return [int(k) for k in np.asarray(candidates)[edge]]
 
 
 @dataclass
@@ -213,6 +214,21 @@ class Partitioner:
         self.lambda_min, self.area_tol, self.tol = lambda_min, area_tol, tol
         self.max_regions, self.solve_tol = max_regions, solve_tol
         self.diag = Diagnostics()
+        self._memo: dict = {}  # state -> (affine, inequalities), most recent first
+
+    def _system(self, state):
+        """The affine solution and critical-region inequalities of a partition,
+        remembered for the last 4,096 partitions (Theorem 2 meets the same critical
+        region in several pieces)."""
+        key = state.tobytes()
+        hit = self._memo.pop(key, None)
+        if hit is None:
+            aff = affine_solution(self.Q, self.y, state)
+            hit = (aff, inequalities(aff, self.y, state))
+            if len(self._memo) >= 4096:
+                self._memo.pop(next(iter(self._memo)))
+        self._memo[key] = hit
+        return hit
 
     # ------------------------------------------------------------ direct solves
     def solve_at(self, lam, eta):
@@ -278,13 +294,11 @@ class Partitioner:
             st = regions[-1].state
             fac = facets(P, ineq, active, self.tol)
             for i, k in enumerate(fac):
-                a, b, c = ineq[k, :3]
-                piece = X.intersection(_halfplane(a, b, c, X.bounds, keep_le=False))
-                for j in fac[:i]:
-                    piece = piece.intersection(_halfplane(*ineq[j, :3], piece.bounds))
-                    if piece.is_empty:
-                        break
-                piece = _largest(piece)
+                # X n {facet k violated} n {facets before it held} (Theorem 2)
+                abc = np.concatenate([-ineq[[k], :3], ineq[fac[:i], :3]])
+                piece = _largest(
+                    shapely.intersection_all([X, *halfplanes(abc, X.bounds)])
+                )
                 if piece is None:
                     continue
                 if piece.area <= self.area_tol:
@@ -306,12 +320,10 @@ class Partitioner:
                 a, bp = self.solve_at(lam, eta)
                 self.diag.direct_solves += 1
                 state = self.state_from(a, bp, lam, eta)
-                state, aff = self.correct(state, lam, eta)
-            else:
-                aff = affine_solution(self.Q, self.y, state)
+                state, _ = self.correct(state, lam, eta)
+            aff, ineq = self._system(state)
             if aff.singular:
                 self.diag.singular_systems += 1
-            ineq = inequalities(aff, self.y, state)
             P, active = clip(X, ineq, self.tol)
             P = _largest(P)
             if P is not None and P.area > self.area_tol:
@@ -346,11 +358,8 @@ def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e
             if (h >= -tol * scale[v, 0]).all() or (h <= tol * scale[v, 0]).all():
                 nxt.append(cell)
                 continue
-            for part in (
-                cell.intersection(_halfplane(a, b, c, cell.bounds)),
-                cell.intersection(_halfplane(a, b, c, cell.bounds, keep_le=False)),
-            ):
-                part = _largest(part)
+            for half in halfplanes([[a, b, c], [-a, -b, -c]], cell.bounds):
+                part = _largest(cell.intersection(half))
                 if part is not None and part.area > 0:
                     nxt.append(part)
         cells = nxt
