@@ -632,6 +632,42 @@ class BPSPSearchCV(BaseEstimator):
     def predict(self, X):
         return self.best_estimator_.predict(X)
 
+    def plot(self, path, gamma=None):
+        """The CV-error map as PNG: over (lambda, eta) and over (log2 C+, log2 C-)
+        (edges densified before the change of coordinates, which bends them)."""
+        from matplotlib.collections import PolyCollection
+
+        from bigrate._plot import pyplot, save_png
+
+        gamma = self.best_params_["gamma"] if gamma is None else gamma
+        cells = self.partition_[gamma]
+        errs = np.array([c["cv_error"] for c in cells])
+        fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
+        for ax, to_c in zip(axes, (False, True), strict=True):
+            polys, vals = [], []
+            for c, e in zip(cells, errs, strict=True):
+                geom = shapely.geometry.shape(c["geometry"])
+                for part in getattr(geom, "geoms", [geom]):
+                    xy = np.array(shapely.segmentize(part, 0.01).exterior.coords)
+                    if to_c:
+                        lam, eta = xy[:, 0], np.clip(xy[:, 1], 1e-4, 1 - 1e-4)
+                        xy = np.c_[np.log2(eta / lam), np.log2((1 - eta) / lam)]
+                    polys.append(xy)
+                    vals.append(e)
+            pc = PolyCollection(polys, array=np.array(vals), cmap="viridis",
+                                edgecolors="none")  # fmt: skip
+            ax.add_collection(pc)
+            ax.autoscale()
+            lam, eta = self.best_params_["lambda"], self.best_params_["eta"]
+            best = ((np.log2(eta / lam), np.log2((1 - eta) / lam)) if to_c
+                    else (lam, eta))  # fmt: skip
+            ax.plot(*best, "r*", ms=12)
+            ax.set_xlabel("log2 C+" if to_c else "lambda = 1 / (C+ + C-)")
+            ax.set_ylabel("log2 C-" if to_c else "eta = C+ / (C+ + C-)")
+            fig.colorbar(pc, ax=ax, label="CV error")
+        fig.suptitle(f"BPSP CV error (gamma {gamma:.4g}), best {self.cv_error_:.4f}")
+        return save_png(fig, path)
+
     def _save(self):
         import json
         from pathlib import Path
@@ -651,6 +687,7 @@ class BPSPSearchCV(BaseEstimator):
         path = Path(self.run_dir)
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / "bpsp_partition.json", json.dumps(out) + "\n")
+        self.plot(path / "bpsp_cv_error.png")
 
 
 __all__ = ["BPSPSearchCV", "Partitioner", "affine_solution", "inequalities"]

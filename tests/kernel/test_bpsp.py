@@ -103,6 +103,7 @@ def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
         "Polygon",
         "MultiPolygon",
     )
+    assert (tmp_path / "run" / "bpsp_cv_error.png").stat().st_size > 5000
 
 
 def test_region_guard_stops_with_a_clear_message():
