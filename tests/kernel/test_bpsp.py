@@ -19,10 +19,10 @@ def _data(n, seed=0):
     return X, y
 
 
-@pytest.fixture(scope="module")
-def partition():
+@pytest.fixture(scope="module", params=["neighbours", "theorem2"])
+def partition(request):
     X, y = _data(26)
-    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, method=request.param)
     return X, y, p, p.run()
 
 
@@ -85,6 +85,10 @@ def test_cv_error_of_the_returned_pair_equals_direct_fits():
     area = sum(shapely.geometry.shape(c["geometry"]).area for c in cells)
     assert area == pytest.approx(0.95, abs=1e-5)
     assert set(s.best_estimator_.predict(X)) <= {-1.0, 1.0}
+    # Algorithm 1 with Theorem 2's pieces gives the same exact map
+    t2 = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
+                      lambda_min=0.05, progress=False, method="theorem2").fit(X, y)  # fmt: skip
+    assert t2.cv_error_ == s.cv_error_
 
 
 def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
@@ -108,8 +112,10 @@ def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
 
 def test_region_guard_stops_with_a_clear_message():
     X, y = _data(26)
-    with pytest.raises(RuntimeError, match="max_regions=5 regions"):
-        Partitioner(X, y, gamma=0.5, lambda_min=0.05, max_regions=5).run()
+    for method in ("neighbours", "theorem2"):
+        with pytest.raises(RuntimeError, match="max_regions=5 regions"):
+            Partitioner(X, y, gamma=0.5, lambda_min=0.05, max_regions=5,
+                        method=method).run()  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -121,6 +127,7 @@ def test_region_guard_stops_with_a_clear_message():
         (dict(gamma=-1.0), "gamma must be a float > 0"),
         (dict(kernel="sigmoid"), "kernel"),
         (dict(lambda_min=0.0), "lambda_min"),
+        (dict(method="grid"), "method"),
     ],
 )
 def test_bad_input_fails_before_work(kw, match):
