@@ -40,6 +40,48 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 R_SET, M_SET, E_SET = 0, 1, 2
+GRID = 1e-12  # precision grid of shapely's unions and overlays (parameters are O(1))
+
+
+@dataclass(frozen=True)
+class Space:
+    """A parametrisation (p1, p2) of the 2C-SVM in which, for a fixed partition, the
+    dual solution is affine: boxes box_i(p) and the margin level r(p) (g~ = r on M)
+    as coefficients of (1, p1, p2), the domain searched and the costs at a point.
+
+    "lambda_eta": the scaled dual (a = lambda x the 2C-SVM's), box = (1 - y)/2 + y eta,
+    r = lambda, on [lambda_min, 1] x [0, 1] (C+ + C- >= 1). "c_pos_c_neg": the 2C-SVM's
+    own dual, box = C+ or C-, r = 1, on the lower triangle C+, C- >= 0, C+ + C- <= 1.
+    Both give the decision function's sign as sign(sum_j a_j y_j K(x_j, x) + b')."""
+
+    name: str
+
+    def box_coef(self, y):
+        if self.name == "lambda_eta":
+            return np.stack([(1 - y) / 2, np.zeros_like(y), y], axis=1)
+        return np.stack([np.zeros_like(y), (y > 0) * 1.0, (y < 0) * 1.0], axis=1)
+
+    @property
+    def r_coef(self):
+        return np.array([0.0, 1.0, 0.0] if self.name == "lambda_eta" else [1.0, 0, 0])
+
+    def domain(self, lambda_min):
+        if self.name == "lambda_eta":
+            return box(lambda_min, 0.0, 1.0, 1.0)
+        return Polygon([(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
+
+    def costs(self, p1, p2):
+        """(C+, C-) at a point."""
+        if self.name == "lambda_eta":
+            return p2 / p1, (1.0 - p2) / p1
+        return p1, p2
+
+    def scale(self, p1, p2):
+        """This space's dual = scale x the 2C-SVM's dual."""
+        return p1 if self.name == "lambda_eta" else 1.0
+
+
+SPACES = {"lambda_eta": Space("lambda_eta"), "c_pos_c_neg": Space("c_pos_c_neg")}
 
 
 @dataclass
@@ -50,40 +92,43 @@ class Affine:
     bprime: np.ndarray
     gt: np.ndarray
     singular: bool
+    consistent: bool = True
 
 
-def affine_solution(Q, y, state) -> Affine:
-    """The solution for every (lambda, eta) under the partition ``state``."""
+def affine_solution(Q, y, state, space=SPACES["lambda_eta"]) -> Affine:
+    """The solution for every parameter pair of ``space`` under the partition
+    ``state``."""
     n = len(y)
     M = np.flatnonzero(state == M_SET)
     E = np.flatnonzero(state == E_SET)
-    aE = np.zeros((len(E), 3))
-    aE[:, 0] = (1 - y[E]) / 2
-    aE[:, 2] = y[E]
+    aE = space.box_coef(y[E])
     alpha = np.zeros((n, 3))
     alpha[E] = aE
     rhs = np.zeros((len(M) + 1, 3))
     rhs[0] = -(y[E] @ aE)
     QM = Q[M]
-    rhs[1:] = -(QM[:, E] @ aE)
-    rhs[1:, 1] += 1.0
+    rhs[1:] = space.r_coef - QM[:, E] @ aE
     A = np.zeros((len(M) + 1, len(M) + 1))
     A[0, 1:] = y[M]
     A[1:, 0] = y[M]
     A[1:, 1:] = QM[:, M]
-    singular = False
+    singular, consistent = False, True
+    scale = 1e-8 * max(1.0, np.abs(rhs).max())
     try:
         sol = np.linalg.solve(A, rhs)
-        resid = np.abs(A @ sol - rhs).max()
-        if not resid <= 1e-8 * max(1.0, np.abs(rhs).max()):
+        if not np.abs(A @ sol - rhs).max() <= scale:
             raise np.linalg.LinAlgError
     except np.linalg.LinAlgError:
-        singular = True  # e.g. duplicate rows in M: the least-norm solution
+        # e.g. duplicate rows in M: the least-norm solution. With no consistent
+        # solution for every parameter pair (e.g. M empty: y_E^T a_E(p) = 0 holds on
+        # a line only) the partition has no area: its region is empty
+        singular = True
         sol = np.linalg.lstsq(A, rhs, rcond=None)[0]
+        consistent = bool(np.abs(A @ sol - rhs).max() <= 1e3 * scale)
     bprime = sol[0]
     alpha[M] = sol[1:]
     gt = Q @ alpha + np.outer(y, bprime)
-    return Affine(alpha, bprime, gt, singular)
+    return Affine(alpha, bprime, gt, singular, consistent)
 
 
 # the kinds of inequality bounding a critical region, and where its row goes across it
@@ -91,30 +136,28 @@ LOWER, UPPER, E_ROW, R_ROW = 0, 1, 2, 3
 _MOVE = {LOWER: R_SET, UPPER: E_SET, E_ROW: M_SET, R_ROW: M_SET}
 
 
-def inequalities(aff: Affine, y, state):
-    """Rows (a_lambda, a_eta, c, row, kind) of the critical region a . (lambda, eta)
-    <= c (eq. 12-14)."""
-    al, g = aff.alpha, aff.gt
+def inequalities(aff: Affine, y, state, space=SPACES["lambda_eta"]):
+    """Rows (a_1, a_2, c, row, kind) of the critical region a . (p1, p2) <= c
+    (eq. 12-14): 0 <= a_M <= box, g~_E <= r, g~_R >= r."""
+    al, g, r = aff.alpha, aff.gt, space.r_coef
     M = np.flatnonzero(state == M_SET)
     E = np.flatnonzero(state == E_SET)
     R = np.flatnonzero(state == R_SET)
+    bx = space.box_coef(y[M])
     m, e = len(M), len(E)
     out = np.empty((2 * m + e + len(R), 5))
-    # 0 <= a_i  ->  -a_i <= 0
-    blk = out[:m]
-    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
-        -al[M, 1], -al[M, 2], al[M, 0], M, LOWER)  # fmt: skip
-    # a_i <= (1 - y)/2 + y eta
-    blk = out[m : 2 * m]
-    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
-        al[M, 1], al[M, 2] - y[M], (1 - y[M]) / 2 - al[M, 0], M, UPPER)  # fmt: skip
-    # g~_i <= lambda on E; g~_i >= lambda on R
-    blk = out[2 * m : 2 * m + e]
-    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
-        g[E, 1] - 1.0, g[E, 2], -g[E, 0], E, E_ROW)  # fmt: skip
-    blk = out[2 * m + e :]
-    blk[:, 0], blk[:, 1], blk[:, 2], blk[:, 3], blk[:, 4] = (
-        1.0 - g[R, 1], -g[R, 2], g[R, 0], R, R_ROW)  # fmt: skip
+    blocks = (
+        (slice(0, m), -al[M], M, LOWER),  # -a <= 0
+        (slice(m, 2 * m), al[M] - bx, M, UPPER),  # a - box <= 0
+        (slice(2 * m, 2 * m + e), g[E] - r, E, E_ROW),  # g~ - r <= 0
+        (slice(2 * m + e, None), r - g[R], R, R_ROW),  # r - g~ <= 0
+    )
+    for sl, coef, rows, kind in blocks:  # coef . (1, p1, p2) <= 0
+        blk = out[sl]
+        blk[:, 0], blk[:, 1], blk[:, 2] = coef[:, 1], coef[:, 2], -coef[:, 0]
+        blk[:, 3], blk[:, 4] = rows, kind
+    if not aff.consistent:  # 0 <= -1: an empty region
+        out = np.vstack([out, [0.0, 0.0, -1.0, -1, -1]])
     return out
 
 
@@ -199,12 +242,14 @@ class Diagnostics:
 
 
 class Partitioner:
-    """The critical-region partition of [lambda_min, 1] x [0, 1] for one training set
-    (rows X, labels y in {-1, +1}, kernel parameters as KernelProblem takes them)."""
+    """The critical-region partition of one parameter space (``space``: the (lambda,
+    eta) rectangle [lambda_min, 1] x [0, 1] or the (C+, C-) lower triangle) for one
+    training set (rows X, labels y in {-1, +1}, kernel parameters as KernelProblem
+    takes them)."""
 
     def __init__(self, X, y, *, kernel="rbf", gamma=1.0, coef0=0.0, degree=3,
                  lambda_min=1e-3, area_tol=1e-9, tol=1e-9, max_regions=20_000,
-                 solve_tol=1e-7, method="neighbours"):  # fmt: skip
+                 solve_tol=1e-7, method="neighbours", space="lambda_eta"):  # fmt: skip
         from bigrate.kernel.smo import KernelProblem, cross_kernel
 
         self.y = np.asarray(y, float)
@@ -219,6 +264,9 @@ class Partitioner:
                 f"method must be 'neighbours' or 'theorem2', got {method!r}"
             )
         self.method = method
+        if space not in SPACES:
+            raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
+        self.space = SPACES[space]
         self.diag = Diagnostics()
         self._memo: dict = {}  # state -> (affine, inequalities), most recent first
 
@@ -229,32 +277,35 @@ class Partitioner:
         key = state.tobytes()
         hit = self._memo.pop(key, None)
         if hit is None:
-            aff = affine_solution(self.Q, self.y, state)
-            hit = (aff, inequalities(aff, self.y, state))
+            aff = affine_solution(self.Q, self.y, state, self.space)
+            hit = (aff, inequalities(aff, self.y, state, self.space))
             if len(self._memo) >= 4096:
                 self._memo.pop(next(iter(self._memo)))
         self._memo[key] = hit
         return hit
 
     # ------------------------------------------------------------ direct solves
-    def solve_at(self, lam, eta):
-        """(alpha, b') by our SMO solver at one parameter pair (C+ = eta / lambda,
-        C- = (1 - eta) / lambda), in the scaled units of this module."""
+    def solve_at(self, p1, p2):
+        """(alpha, b') by our SMO solver at one parameter pair, in this space's
+        units."""
         y = self.y
-        C = np.where(y > 0, eta, 1.0 - eta) / lam
+        c_pos, c_neg = self.space.costs(p1, p2)
+        C = np.where(y > 0, c_pos, c_neg)
         res = self.problem.solve(y, np.ones_like(y), np.zeros_like(y), C, 0.0,
                                  eps=self.solve_tol)  # fmt: skip
-        return lam * res.alpha, lam * res.b
+        k = self.space.scale(p1, p2)
+        return k * res.alpha, k * res.b
 
-    def state_from(self, alpha, bprime, lam, eta):
-        box_ = np.where(self.y > 0, eta, 1.0 - eta)
+    def state_from(self, alpha, bprime, p1, p2):
+        x = np.array([1.0, p1, p2])
+        box_ = self.space.box_coef(self.y) @ x
+        level = float(self.space.r_coef @ x)
         gt = self.Q @ alpha + self.y * bprime
-        tol = 1e-6 * max(lam, 1e-12)
+        tol = 1e-6 * max(level, 1e-12)
+        at = 1e-9 * max(box_.max(), 1e-12)
         state = np.full(len(self.y), M_SET)
-        state[(alpha <= 1e-9 * max(box_.max(), 1e-12)) & (gt > lam + tol)] = R_SET
-        state[(alpha >= box_ - 1e-9 * max(box_.max(), 1e-12)) & (gt < lam - tol)] = (
-            E_SET
-        )
+        state[(alpha <= at) & (gt > level + tol)] = R_SET
+        state[(alpha >= box_ - at) & (gt < level - tol)] = E_SET
         return state
 
     def correct(self, state, lam, eta, rounds=50):
@@ -262,17 +313,23 @@ class Partitioner:
         own conditions at (lam, eta) (moves every violating row, worst first)."""
         x = np.array([lam, eta])
         for _ in range(rounds):
-            aff = affine_solution(self.Q, self.y, state)
-            ineq = inequalities(aff, self.y, state)
+            aff, ineq = self._system(state)
             v = ineq[:, :2] @ x - ineq[:, 2]
             bad = v > 1e-9
             if not bad.any():
                 return state, aff
             k = int(np.argmax(v))
             state = state.copy()
-            state[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]
+            if ineq[k, 4] < 0:  # no consistent solution (M empty): the row nearest
+                # its margin joins M
+                xx = np.array([1.0, *x])
+                gap = np.abs(aff.gt @ xx - self.space.r_coef @ xx)
+                gap[state == M_SET] = np.inf
+                state[int(np.argmin(gap))] = M_SET
+            else:
+                state[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]
             self.diag.corrections += 1
-        return state, affine_solution(self.Q, self.y, state)
+        return state, self._system(state)[0]
 
     # ------------------------------------------------------------ the partition
     def run(self, progress=None) -> list[Region]:
@@ -298,7 +355,7 @@ class Partitioner:
         the later region gives up the overlap, so the result is a partition."""
         from collections import deque
 
-        rect = box(self.lambda_min, 0.0, 1.0, 1.0)
+        rect = self.space.domain(self.lambda_min)
         total = rect.area
         regions: list[Region] = []
         seen: set = set()
@@ -336,7 +393,7 @@ class Partitioner:
                     nxt[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]  # Theorem 3
                     if nxt.tobytes() not in seen:
                         queue.append(nxt)
-            union = shapely.union_all([r.polygon for r in regions])
+            union = shapely.union_all([r.polygon for r in regions], grid_size=GRID)
             gaps = [g for g in getattr(rect.difference(union), "geoms",
                                        [rect.difference(union)])
                     if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
@@ -353,7 +410,8 @@ class Partitioner:
                 earlier = [j for j in tree.query(r.polygon) if j < i]
                 if not earlier:
                     continue
-                taken = shapely.union_all([regions[j].polygon for j in earlier])
+                taken = shapely.union_all([regions[j].polygon for j in earlier],
+                                          grid_size=GRID)  # fmt: skip
                 if r.polygon.intersection(taken).area > self.area_tol:
                     r.polygon = r.polygon.difference(taken)
                     self.diag.overlaps += 1
@@ -363,7 +421,7 @@ class Partitioner:
 
     def _run_theorem2(self, progress=None) -> list[Region]:
         """Algorithm 1 with Theorem 2's pieces (see the module docstring)."""
-        X0 = box(self.lambda_min, 0.0, 1.0, 1.0)
+        X0 = self.space.domain(self.lambda_min)
         stack = [(X0, None)]
         regions: list[Region] = []
         total = X0.area
@@ -461,7 +519,12 @@ def dissolve(pairs):
     groups: dict = {}
     for v, g in pairs:
         groups.setdefault(round(v, 12), []).append(g)
-    return {v: shapely.union_all(gs) for v, gs in groups.items()}
+    # a fixed precision grid makes GEOS's overlay robust: in floating precision the
+    # union of wedges meeting at one point (all regions meet at C = 0) lost 3% of
+    # its area
+    return {
+        v: _polygonal(shapely.union_all(gs, grid_size=GRID)) for v, gs in groups.items()
+    }
 
 
 def superpose(maps):
@@ -474,11 +537,20 @@ def superpose(maps):
             for v2, g2 in m.items():
                 if not g1.intersects(g2):
                     continue
-                inter = g1.intersection(g2)
+                inter = _polygonal(shapely.intersection(g1, g2, grid_size=GRID))
                 if inter.area > 0:
                     pairs.append((v1 + v2, inter))
         total = dissolve(pairs)
     return total
+
+
+def _polygonal(geom):
+    """The polygons of a geometry as one (Multi)Polygon: snapping to the precision
+    grid can leave collapsed slivers as lines or points."""
+    parts = _parts(geom)
+    if len(parts) == 1:
+        return parts[0]
+    return shapely.MultiPolygon(parts) if parts else Polygon()
 
 
 def _parts(geom):
@@ -510,7 +582,7 @@ def _fold_map(data, train, test, params):
         X[train], y[train], kernel=params["kernel"], gamma=params["gamma"],
         coef0=params["coef0"], degree=params["degree"],
         lambda_min=params["lambda_min"], max_regions=params["max_regions"],
-        method=params["method"],
+        method=params["method"], space=params["space"],
     )  # fmt: skip
     regions = part.run()
     from bigrate.kernel.smo import cross_kernel
@@ -563,10 +635,15 @@ class BPSPSearchCV(BaseEstimator):
         the earlier region (about 4x fewer regions, 2x faster). Both partition the
         rectangle exactly.
 
+    spaces : list of {"lambda_eta", "c_pos_c_neg"}
+        The (lambda, eta) rectangle (C+ + C- from 1 to 1 / lambda_min) and the (C+, C-)
+        lower triangle (C+ + C- <= 1); both by default: all of C+ + C- <= 1/lambda_min.
+
     Attributes
     ----------
-    best_params_ (gamma, lambda, eta, C_pos, C_neg), cv_error_ (cost-weighted errors per
-    validation row), partition_ (per gamma: [{"cv_error", "geometry"}]), diagnostics_,
+    best_params_ (gamma, space, lambda, eta, C_pos, C_neg), cv_error_ (cost-weighted
+    errors per validation row), partition_ (per gamma and space: [{"cv_error",
+    "geometry"}] in that space's coordinates), diagnostics_ (the same keys, per fold),
     best_estimator_ (CostSensitiveSVC refitted on all rows).
     """
 
@@ -586,12 +663,14 @@ class BPSPSearchCV(BaseEstimator):
         "random_state": ["random_state"],
         "progress": ["boolean"],
         "method": [StrOptions({"neighbours", "theorem2"})],
+        "spaces": "no_validation",
     }
 
     def __init__(self, *, kernel="rbf", gamma="scale", coef0=0.0, degree=3, cv=5,
                  cost_fn=1.0, cost_fp=1.0, engine="ray", address=None,
                  lambda_min=1e-3, max_regions=20_000, run_dir=None, random_state=0,
-                 progress=True, method="neighbours"):  # fmt: skip
+                 progress=True, method="neighbours",
+                 spaces=("lambda_eta", "c_pos_c_neg")):  # fmt: skip
         self.kernel = kernel
         self.gamma = gamma
         self.coef0 = coef0
@@ -607,6 +686,7 @@ class BPSPSearchCV(BaseEstimator):
         self.random_state = random_state
         self.progress = progress
         self.method = method
+        self.spaces = spaces
 
     def _splits(self, X, y):
         from sklearn.model_selection import StratifiedKFold
@@ -672,22 +752,31 @@ class BPSPSearchCV(BaseEstimator):
         yy = binary_classes(self, y).astype(float)
         splits = self._splits(X, yy)
         gammas = self._gammas(X)
+        bad = [sp for sp in self.spaces if sp not in SPACES] or not len(self.spaces)
+        if bad:
+            raise ValueError(
+                f"spaces must be a non-empty list of {sorted(SPACES)}, got "
+                f"{self.spaces!r}"
+            )
         base = {"kernel": self.kernel, "coef0": float(self.coef0),
                 "degree": int(self.degree), "lambda_min": float(self.lambda_min),
                 "max_regions": int(self.max_regions), "cost_fn": float(self.cost_fn),
                 "cost_fp": float(self.cost_fp), "method": self.method}  # fmt: skip
-        tasks = [(g, k) for g in range(len(gammas)) for k in range(len(splits))]
+        spaces = list(dict.fromkeys(self.spaces))
+        tasks = [(g, sp, k) for g in range(len(gammas)) for sp in spaces
+                 for k in range(len(splits))]  # fmt: skip
         bar = Progress("BPSP folds", total=len(tasks), enabled=self.progress)
         results = {}
         with self._engine() as eng:
             handle = eng.put((X, yy))
-            args = [(handle, splits[k][0], splits[k][1], {**base, "gamma": gammas[g]})
-                    for g, k in tasks]  # fmt: skip
+            args = [(handle, splits[k][0], splits[k][1],
+                     {**base, "gamma": gammas[g], "space": sp})
+                    for g, sp, k in tasks]  # fmt: skip
             for j, res in eng.map(_fold_map, args):
+                g, sp, k = tasks[j]
                 if isinstance(res, Exception):
                     raise RuntimeError(
-                        f"BPSP task (gamma={gammas[tasks[j][0]]:g}, fold "
-                        f"{tasks[j][1]}) failed: {res}"
+                        f"BPSP task (gamma={gammas[g]:g}, {sp}, fold {k}) failed: {res}"
                     ) from res
                 results[tasks[j]] = res
                 bar.update(1)
@@ -696,32 +785,36 @@ class BPSPSearchCV(BaseEstimator):
         self.partition_, self.diagnostics_ = {}, {}
         best = None
         for g, gamma in enumerate(gammas):
-            maps = [
-                {v: shapely.from_wkb(w) for v, w in results[(g, k)]["map"]}
-                for k in range(len(splits))
-            ]
-            total = superpose(maps)
-            cells = sorted(((v / n_val, geom) for v, geom in total.items()),
-                           key=lambda t: t[0])  # fmt: skip
-            self.partition_[gamma] = [
-                {"cv_error": e, "geometry": shapely.geometry.mapping(geom)}
-                for e, geom in cells
-            ]
-            self.diagnostics_[gamma] = [results[(g, k)]["diagnostics"]
-                                        for k in range(len(splits))]  # fmt: skip
-            if best is None or cells[0][0] < best[0]:
-                best = (cells[0][0], gamma, cells[0][1])
-        err, gamma, geom = best
-        piece = _largest(geom) if geom.geom_type != "Polygon" else geom
+            self.partition_[gamma], self.diagnostics_[gamma] = {}, {}
+            for sp in spaces:
+                maps = [
+                    {v: shapely.from_wkb(w) for v, w in results[(g, sp, k)]["map"]}
+                    for k in range(len(splits))
+                ]
+                total = superpose(maps)
+                cells = sorted(((v / n_val, geom) for v, geom in total.items()),
+                               key=lambda t: t[0])  # fmt: skip
+                self.partition_[gamma][sp] = [
+                    {"cv_error": e, "geometry": shapely.geometry.mapping(geom)}
+                    for e, geom in cells
+                ]
+                self.diagnostics_[gamma][sp] = [
+                    results[(g, sp, k)]["diagnostics"] for k in range(len(splits))
+                ]
+                if best is None or cells[0][0] < best[0]:
+                    best = (cells[0][0], gamma, sp, cells[0][1])
+        err, gamma, sp, geom = best
+        piece = _largest(geom)
         centre = piece.centroid
         if not piece.contains(centre):
             centre = piece.representative_point()
-        lam, eta = centre.x, centre.y
+        c_pos, c_neg = SPACES[sp].costs(centre.x, centre.y)
         self.cv_error_ = float(err)
-        self.best_params_ = {"gamma": gamma, "lambda": lam, "eta": eta,
-                             "C_pos": eta / lam, "C_neg": (1.0 - eta) / lam}  # fmt: skip
+        self.best_params_ = {"gamma": gamma, "space": sp, "lambda": 1 / (c_pos + c_neg),
+                             "eta": c_pos / (c_pos + c_neg), "C_pos": c_pos,
+                             "C_neg": c_neg}  # fmt: skip
         self.best_estimator_ = CostSensitiveSVC(
-            C_pos=max(eta / lam, 1e-12), C_neg=max((1.0 - eta) / lam, 1e-12),
+            C_pos=max(c_pos, 1e-12), C_neg=max(c_neg, 1e-12),
             kernel=self.kernel, gamma=gamma, coef0=self.coef0, degree=self.degree,
         ).fit(X, y)  # fmt: skip
         if self.run_dir is not None:
@@ -735,37 +828,45 @@ class BPSPSearchCV(BaseEstimator):
         return self.best_estimator_.predict(X)
 
     def plot(self, path, gamma=None):
-        """The CV-error map as PNG: over (lambda, eta) and over (log2 C+, log2 C-)
-        (edges densified before the change of coordinates, which bends them)."""
+        """The CV-error map as PNG: the (lambda, eta) rectangle, and every searched
+        space over (log2 C+, log2 C-) (edges densified before the change of
+        coordinates, which bends them)."""
         from matplotlib.collections import PolyCollection
 
         from bigrate._plot import pyplot, save_png
 
         gamma = self.best_params_["gamma"] if gamma is None else gamma
-        cells = self.partition_[gamma]
-        errs = np.array([c["cv_error"] for c in cells])
         fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
-        for ax, to_c in zip(axes, (False, True), strict=True):
+        for ax, log_c in zip(axes, (False, True), strict=True):
             polys, vals = [], []
-            for c, e in zip(cells, errs, strict=True):
-                geom = shapely.geometry.shape(c["geometry"])
-                for part in getattr(geom, "geoms", [geom]):
-                    xy = np.array(shapely.segmentize(part, 0.01).exterior.coords)
-                    if to_c:
-                        lam, eta = xy[:, 0], np.clip(xy[:, 1], 1e-4, 1 - 1e-4)
-                        xy = np.c_[np.log2(eta / lam), np.log2((1 - eta) / lam)]
-                    polys.append(xy)
-                    vals.append(e)
+            for sp, cells in self.partition_[gamma].items():
+                if not log_c and sp != "lambda_eta":
+                    continue
+                for c in cells:
+                    geom = shapely.geometry.shape(c["geometry"])
+                    for part in _parts(geom):
+                        xy = np.array(shapely.segmentize(part, 0.01).exterior.coords)
+                        if log_c:
+                            xy = np.clip(xy, 1e-4, None)
+                            if sp == "lambda_eta":
+                                eta = np.clip(xy[:, 1], 1e-4, 1 - 1e-4)
+                                xy = np.c_[eta / xy[:, 0], (1 - eta) / xy[:, 0]]
+                            xy = np.log2(xy)
+                        polys.append(xy)
+                        vals.append(c["cv_error"])
+            if not polys:
+                ax.set_axis_off()
+                continue
             pc = PolyCollection(polys, array=np.array(vals), cmap="viridis",
                                 edgecolors="none")  # fmt: skip
             ax.add_collection(pc)
             ax.autoscale()
-            lam, eta = self.best_params_["lambda"], self.best_params_["eta"]
-            best = ((np.log2(eta / lam), np.log2((1 - eta) / lam)) if to_c
-                    else (lam, eta))  # fmt: skip
+            bp = self.best_params_
+            best = ((np.log2(max(bp["C_pos"], 1e-4)), np.log2(max(bp["C_neg"], 1e-4)))
+                    if log_c else (bp["lambda"], bp["eta"]))  # fmt: skip
             ax.plot(*best, "r*", ms=12)
-            ax.set_xlabel("log2 C+" if to_c else "lambda = 1 / (C+ + C-)")
-            ax.set_ylabel("log2 C-" if to_c else "eta = C+ / (C+ + C-)")
+            ax.set_xlabel("log2 C+" if log_c else "lambda = 1 / (C+ + C-)")
+            ax.set_ylabel("log2 C-" if log_c else "eta = C+ / (C+ + C-)")
             fig.colorbar(pc, ax=ax, label="CV error")
         fig.suptitle(f"BPSP CV error (gamma {gamma:.4g}), best {self.cv_error_:.4f}")
         return save_png(fig, path)
@@ -780,10 +881,14 @@ class BPSPSearchCV(BaseEstimator):
             "best_params": self.best_params_,
             "cv_error": self.cv_error_,
             "partition": [
-                {"gamma": g, "cells": cells} for g, cells in self.partition_.items()
+                {"gamma": g, "space": sp, "cells": cells}
+                for g, per in self.partition_.items()
+                for sp, cells in per.items()
             ],
             "diagnostics": [
-                {"gamma": g, "folds": d} for g, d in self.diagnostics_.items()
+                {"gamma": g, "space": sp, "folds": d}
+                for g, per in self.diagnostics_.items()
+                for sp, d in per.items()
             ],
         }
         path = Path(self.run_dir)

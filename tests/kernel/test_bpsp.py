@@ -19,11 +19,31 @@ def _data(n, seed=0):
     return X, y
 
 
-@pytest.fixture(scope="module", params=["neighbours", "theorem2"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("neighbours", "lambda_eta"),
+        ("theorem2", "lambda_eta"),
+        ("neighbours", "c_pos_c_neg"),
+        ("theorem2", "c_pos_c_neg"),
+    ],  # fmt: skip
+)
 def partition(request):
     X, y = _data(26)
-    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, method=request.param)
+    method, space = request.param
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, method=method, space=space)
     return X, y, p, p.run()
+
+
+def _points(p, rng, k):
+    dom = p.space.domain(p.lambda_min)
+    x0, y0, x1, y1 = dom.bounds
+    out = []
+    while len(out) < k:
+        pt = Point(rng.uniform(x0, x1), rng.uniform(y0, y1))
+        if dom.contains(pt):
+            out.append((pt.x, pt.y))
+    return out
 
 
 def test_partition_matches_direct_solves_at_random_points(partition):
@@ -31,8 +51,7 @@ def test_partition_matches_direct_solves_at_random_points(partition):
     Xv, yv = _data(15, seed=1)
     Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
     rng = np.random.default_rng(2)
-    for _ in range(25):
-        lam, eta = rng.uniform(0.05, 1.0), rng.uniform(0.0, 1.0)
+    for lam, eta in _points(p, rng, 25):  # (p1, p2) of the space
         hit = [r for r in regions if r.polygon.contains(Point(lam, eta))]
         assert len(hit) == 1, (lam, eta, len(hit))
         r = hit[0]
@@ -40,7 +59,7 @@ def test_partition_matches_direct_solves_at_random_points(partition):
         a, bprime = r.affine.alpha @ x, r.affine.bprime @ x
         p.solve_tol = 1e-9
         a_direct, b_direct = p.solve_at(lam, eta)
-        box = max(eta, 1 - eta)
+        box = max(p.space.box_coef(np.array([1.0, -1.0])) @ [1.0, lam, eta])
         assert np.abs(a - a_direct).max() <= 1e-5 * box
         # the validation sign pattern of the partition's solution is the direct one's
         f = Kv @ (a * y) + bprime
@@ -59,7 +78,7 @@ def test_regions_cover_the_rectangle_without_overlap(partition):
     _, _, p, regions = partition
     polys = [r.polygon for r in regions]
     total = sum(g.area for g in polys)
-    rect = 0.95 * 1.0
+    rect = p.space.domain(p.lambda_min).area  # 0.95 or the triangle's 0.5
     assert total == pytest.approx(rect, abs=1e-6)
     assert shapely.union_all(polys).area == pytest.approx(rect, abs=1e-6)
     assert p.diag.unresolved_area <= 1e-6 and p.diag.regions == len(regions)
@@ -70,6 +89,7 @@ def test_cv_error_of_the_returned_pair_equals_direct_fits():
     folds = list(StratifiedKFold(3, shuffle=True, random_state=1).split(X, y))
     s = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
                      lambda_min=0.05, progress=False).fit(X, y)  # fmt: skip
+    assert s.best_params_["space"] in ("lambda_eta", "c_pos_c_neg")
     bp = s.best_params_
     assert bp["C_pos"] == pytest.approx(bp["eta"] / bp["lambda"])
     cost = 0.0
@@ -79,11 +99,12 @@ def test_cv_error_of_the_returned_pair_equals_direct_fits():
         pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
         cost += (np.where(y[te] > 0, 2.0, 1.0) * (pred != y[te])).sum()
     assert s.cv_error_ == pytest.approx(cost / len(y))
-    # the CV-error map covers the rectangle, its minimum is the returned error
-    cells = s.partition_[0.5]
-    assert cells[0]["cv_error"] == s.cv_error_
-    area = sum(shapely.geometry.shape(c["geometry"]).area for c in cells)
-    assert area == pytest.approx(0.95, abs=1e-5)
+    # the CV-error maps cover both spaces; their minimum is the returned error
+    per = s.partition_[0.5]
+    assert min(cells[0]["cv_error"] for cells in per.values()) == s.cv_error_
+    for sp, area in (("lambda_eta", 0.95), ("c_pos_c_neg", 0.5)):
+        got = sum(shapely.geometry.shape(c["geometry"]).area for c in per[sp])
+        assert got == pytest.approx(area, abs=1e-5)
     assert set(s.best_estimator_.predict(X)) <= {-1.0, 1.0}
     # Algorithm 1 with Theorem 2's pieces gives the same exact map
     t2 = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
@@ -102,7 +123,9 @@ def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
 
     saved = json.loads((tmp_path / "run" / "bpsp_partition.json").read_text())
     assert saved["cv_error"] == ray.cv_error_
-    assert {c["gamma"] for c in saved["partition"]} == {0.5, 2.0}
+    assert {(c["gamma"], c["space"]) for c in saved["partition"]} == {
+        (g, sp) for g in (0.5, 2.0) for sp in ("lambda_eta", "c_pos_c_neg")
+    }
     assert saved["partition"][0]["cells"][0]["geometry"]["type"] in (
         "Polygon",
         "MultiPolygon",
@@ -128,6 +151,7 @@ def test_region_guard_stops_with_a_clear_message():
         (dict(kernel="sigmoid"), "kernel"),
         (dict(lambda_min=0.0), "lambda_min"),
         (dict(method="grid"), "method"),
+        (dict(spaces=["C"]), "spaces must be a non-empty list"),
     ],
 )
 def test_bad_input_fails_before_work(kw, match):
