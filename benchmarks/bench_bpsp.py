@@ -5,10 +5,11 @@
 The paper's protocol: 30% of a dataset (stratified; standardised) is the CV set, split
 into 5 folds. Validation cost: cost_fn = C(-,+) in {2, 5, 10, class ratio} for a
 positive predicted negative, cost_fp = C(+,-) = 1. RBF kernel, gamma "scale". BPSP
-(local engine, one process) searches lambda in [0.01, 1] (1 <= C+ + C- <= 100) and every
-eta; the grid search (the paper's: 20 x 20 in log2 (C+, C-), then 20 x 20 around the
-best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to the same
-domain (grid points with C+ + C- outside [1, 100] are skipped), on the same folds.
+(local engine, one process) searches every (C+, C-) with C+ + C- <= 100: the (lambda,
+eta) rectangle with lambda in [0.01, 1] and the (C+, C-) triangle C+ + C- <= 1; the
+grid search (the paper's: 20 x 20 in log2 (C+, C-) over [0.01, 100]^2, then 20 x 20
+around the best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to
+the same domain (grid points with C+ + C- > 100 are skipped), on the same folds.
 CV error = cost-weighted errors per CV row. Writes benchmarks/out/bpsp.json.
 """
 
@@ -69,7 +70,7 @@ def grid_cv(X, y, folds, gamma, cost_fn, cost_fp):
         return total / sum(len(te) for _, te in folds)
 
     def ok(cp, cn):
-        return 1.0 <= cp + cn <= 1.0 / LAMBDA_MIN
+        return cp + cn <= 1.0 / LAMBDA_MIN
 
     lo, hi = np.log2(1e-2), np.log2(1.0 / LAMBDA_MIN)
     coarse = np.linspace(lo, hi, 20)
@@ -128,10 +129,11 @@ def main():
                 "dataset": name, "cv_rows": len(yc), "cost_fn": cost_fn,
                 "bpsp_cv_error": s.cv_error_, "bpsp_seconds": bpsp_s,
                 "bpsp_params": s.best_params_,
-                "regions": sum(f["regions"] for f in d),
-                "distinct_partitions": sum(f["distinct_partitions"] for f in d),
-                "direct_solves": sum(f["direct_solves"] for f in d),
-                "unresolved_area": sum(f["unresolved_area"] for f in d),
+                "regions": sum(f["regions"] for per in d.values() for f in per),
+                "direct_solves": sum(f["direct_solves"] for per in d.values()
+                                     for f in per),
+                "unresolved_area": sum(f["unresolved_area"] for per in d.values()
+                                       for f in per),
                 "grid_cv_error": g_err, "grid_seconds": grid_s, "grid_fits": fits,
                 "grid_params": {"C_pos": g_cp, "C_neg": g_cn},
             }  # fmt: skip

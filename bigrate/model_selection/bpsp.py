@@ -23,12 +23,19 @@ X n {facet i violated} n {facets j < i held}; each piece touches R0 along facet 
 by Theorem 3 the partition across that facet differs from pi by the one row the facet
 belongs to. A piece whose guessed partition does not hold there (degenerate crossings:
 several rows change at once) is seeded by a direct solve (our SMO) at one of its
-points, the partition then corrected by an active-set loop. Polygons are shapely's.
+points, the partition then corrected by an active-set loop. The default method
+("neighbours") records each critical region once, whole, and walks to the neighbour
+across each facet (Theorem 3) breadth-first; gaps are seeded by direct solves and
+overlapping regions (non-unique solutions) give the overlap to the earlier one.
+
+The (C+, C-) triangle C+ + C- <= 1 is partitioned the same way in the 2C-SVM's own
+dual (boxes C+ / C-, margin level 1), where the solution is affine in (C+, C-): see
+:class:`Space`. Polygons are shapely's, overlays on a fixed precision grid.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -235,7 +242,6 @@ class Diagnostics:
     overlaps: int = 0
     unresolved_pieces: int = 0
     unresolved_area: float = 0.0
-    notes: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -268,7 +274,7 @@ class Partitioner:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
         self.diag = Diagnostics()
-        self._memo: dict = {}  # state -> (affine, inequalities), most recent first
+        self._memo: dict = {}  # state -> (affine, inequalities), least recent first
 
     def _system(self, state):
         """The affine solution and critical-region inequalities of a partition,
