@@ -409,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    from bigrate.runner import interrupt
+
+    interrupt.install()
     try:
         if a.cmd == "prep":
             return _prep(a)
@@ -424,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
             "report": _report,
         }
         if a.cmd in handlers:
-            return handlers[a.cmd](a)
+            rc = handlers[a.cmd](a)
+            interrupt.check()  # a Ctrl-C swallowed on the way still ends in 130
+            return rc
     except (DataError, DatasetExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import numpy as np
 from bigrate.data.reader import ShardedDataset
 from bigrate.metrics import evaluate_stream
 from bigrate.progress import Progress
-from bigrate.runner import tasks
+from bigrate.runner import interrupt, tasks
 from bigrate.runner.rundir import RunDir
 from bigrate.runner.spec import ESTIMATORS, SELECT, JobSpec
 
@@ -192,6 +192,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
                 run.save_result(p, k, rec)
                 run.write_results_table()
                 bar.update(1, _best_text(spec, run.results(), len(folds)))
+                interrupt.check()
         bar.close()
         table = _aggregate(spec, run.results(), points, len(folds))
         ok = [r for r in table if r["complete"]]

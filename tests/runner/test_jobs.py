@@ -209,3 +209,26 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, synth):
     assert "bigrate resume" in err.decode()
     assert not (run / ".lock").exists()  # released
     run_cli("resume", run, check=True)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_swallowed_inside_a_finaliser_is_still_seen():
+    # Python raises the KeyboardInterrupt inside __del__ and only prints it there; the
+    # recorded request is what makes the sweep and the command stop anyway.
+    from bigrate.runner import interrupt
+
+    class Finaliser:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # the handler runs here, inside __del__
+
+    old = signal.getsignal(signal.SIGINT)
+    try:
+        interrupt.install()
+        Finaliser()  # dropped at once: the interrupt is raised and swallowed
+        assert interrupt.requested()
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+    finally:
+        interrupt.clear()
+        signal.signal(signal.SIGINT, old)
