@@ -437,7 +437,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         for j in range(d):
             un = max(un, abs(u[j]))
             sn = max(sn, kappa * abs(s_l[j]))
-        if un <= 1e-6 * sn and scal[3] != tau:
+        if un <= 1e-6 * sn and scal[3] != tau and (degenerate or m > d):
             scal[3] = tau
             return PLATEAU
         # 3. events: N -> M from the gradients, M -> L / R from the boxes; after a

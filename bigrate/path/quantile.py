@@ -227,7 +227,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         )  # fmt: skip
         g[mlist[:m]] = 0.0
 
-        scal = np.array([0.0, m, 0.0, 0.0])
+        scal = np.array([0.0, m, 0.0, -1.0])
         S = (state, beta, g, w, s_l, mlist, mpos, np.zeros(n), np.full(n, -1.0), scal)
         S += (sqn,)
         W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
@@ -251,6 +251,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         cnt[:2] = (1, m)
         ck_kink, ck_cpos, ck_state = [0], [0], [state.copy()]
         self._plateau_from = None
+        n_plateaus = 0
+        LP = (np.zeros(n), np.zeros(n), np.zeros(n))
         ck_every = max(256, n // 64)
         tols = (
             self.tol,
@@ -283,9 +285,12 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
                 _grow(bufs, cnt, n)
             elif status == K.PLATEAU:
                 _grow(bufs, cnt, n)
-                if _finish_on_plateau(Xt, S, bufs, cnt, kappa, self.tol):
-                    self._plateau_from = float(bufs["kink_tau"][cnt[0] - 2])
-                    break
+                tau_a = float(scal[0])
+                if _cross_plateau(Xt, S, bufs, cnt, kappa, self.tol, self.tol, LP):
+                    n_plateaus += 1
+                    if scal[0] >= 1.0:
+                        self._plateau_from = tau_a
+                        break
             elif status == K.STALLED:
                 raise RuntimeError(
                     f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
@@ -337,6 +342,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             "index_changes": int(cnt[2]),
             "merged_rows": int(n_rows - n),
             "final_plateau_from": plateau,
+            "plateaus_crossed": n_plateaus,
         }
         self._set_tau_attributes(self.tau)
         return self
@@ -553,62 +559,118 @@ def _merge_rows(Xc: sp.csr_matrix, y: np.ndarray, sw: np.ndarray):
     return group, int(ng)
 
 
-def _finish_on_plateau(Xt, S, bufs, cnt, kappa, tol) -> bool:
-    """Where dw/dtau vanishes, solve tau = 1 directly; if w(1) equals the current w,
-    w is optimal on the whole of [tau, 1] (the dual boxes are linear in tau, so the
-    interpolation of the two dual solutions is optimal in between) and the path ends
-    with one segment. Saves the many spurious kinks that a dual degenerate over a
-    large tie set (e.g. every negative on the margin of a constant classifier) makes.
-    Returns True if the path was finished."""
+def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
+    """Where dw/dtau vanishes, jump to the far end of the plateau in one segment.
+
+    w stays optimal at tau' exactly when some beta with the current gradient's signs
+    reproduces it: with T the examples tied at the margin (|g| tiny, M among them) and
+    L, R the others at their bounds, sum_T beta_i y_i x_i + sum_L ub_i(tau') y_i x_i
+    = w / kappa and 0 <= beta_T <= ub_T(tau'). The boxes are linear in tau', so the
+    set of such (beta_T, tau') is a polyhedron and the largest tau' is one linear
+    programme (HiGHS); the interpolation of the current beta and the programme's beta
+    is optimal on the whole segment. This replaces the many spurious kinks a dual
+    degenerate over a large tie set makes, e.g. every positive on the margin of the
+    constant classifier at tau = 0, or every negative at the end of the path. The
+    programme's vertex has at most d multipliers strictly inside their boxes; the path
+    follower resumes there. Returns True if tau moved."""
+    from scipy.optimize import linprog
+
     state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
-    y, sw = Xt[3], Xt[4]
+    indptr, indices, data, y, sw = Xt
     tau = float(scal[0])
     n, d = len(y), len(w)
-    ub_a = np.where(y > 0, 1.0 - tau, tau) * sw
+    a = np.where(y > 0, sw, 0.0)  # ub_i(tau) = a_i + b_i tau
+    b = np.where(y > 0, -sw, sw)
+    ub_a = a + b * tau
     beta_a = np.where(state == K.L_SET, ub_a, np.where(state == K.R_SET, 0.0, beta))
+    beta_a = np.clip(beta_a, 0.0, ub_a)
     w_a, tmp = np.zeros(d), np.zeros(d)
     K.primal_from_sets(Xt, state, beta_a, tau, kappa, w_a, tmp)
-    ub_b = np.where(y > 0, 0.0, sw)
-    beta_b = np.minimum(beta_a, ub_b)
-    w_b = np.zeros(d)
-    K.primal_from_sets(Xt, np.full(n, K.M_SET, np.int8), beta_b, 1.0, kappa, w_b, tmp)
-    K.dcd_solve(Xt, sqn, kappa, 1.0, beta_b, w_b, tol, 100_000, 3)
-    if np.abs(w_b - w_a).max() > 1e-7 * max(1.0, np.abs(w_a).max()):
-        return False
-    g_b = np.empty(n)
-    K.gradient_all(Xt, w_b, g_b)
+    g_a = np.empty(n)
+    K.gradient_all(Xt, w_a, g_a)
     gtol = max(100 * tol, 1e-9)
-    state_b = np.where(g_b < -gtol, K.L_SET, np.where(g_b > gtol, K.R_SET, K.M_SET))
-    state_b = state_b.astype(np.int8)
-    seg = np.where(
-        (state == K.L_SET) & (state_b == K.L_SET),
-        K.L_SET,
-        np.where((state == K.R_SET) & (state_b == K.R_SET), K.R_SET, K.M_SET),
-    ).astype(np.int8)
+    tied = (state == K.M_SET) | (np.abs(g_a) <= gtol)
+    T = np.flatnonzero(tied)
+    Lo = np.flatnonzero((state == K.L_SET) & ~tied)
+    X = sp.csr_matrix((data, indices, indptr), shape=(n, d))
+    c0 = np.asarray(X[Lo].T @ (a[Lo] * y[Lo])).ravel()
+    c1 = np.asarray(X[Lo].T @ (b[Lo] * y[Lo])).ravel()
+    XT = sp.csc_matrix(X[T].T.multiply(y[T]))  # d x |T|
+    A_eq = sp.hstack([XT, sp.csc_matrix(c1.reshape(-1, 1))], format="csc")
+    b_eq = w_a / kappa - c0
+    nt = len(T)
+    A_ub = sp.hstack(
+        [sp.identity(nt, format="csc"), sp.csc_matrix(-b[T].reshape(-1, 1))],
+        format="csc",
+    )
+    cost = np.zeros(nt + 1)
+    cost[-1] = -1.0
+    bounds = np.zeros((nt + 1, 2))
+    bounds[:nt, 1] = np.inf
+    bounds[-1] = (tau, 1.0)
+    res = linprog(
+        cost, A_ub=A_ub, b_ub=a[T], A_eq=A_eq, b_eq=b_eq, bounds=bounds,
+        method="highs",
+        options={"primal_feasibility_tolerance": 1e-10,
+                 "dual_feasibility_tolerance": 1e-10},
+    )  # fmt: skip
+    if res.status != 0 or res.x[-1] <= tau + eps_tie:
+        return False
+    tau_b = min(float(res.x[-1]), 1.0)
+    ub_b = a + b * tau_b
+    bt = np.clip(res.x[:nt], 0.0, ub_b[T])
+    btol = 1e-9 * max(1.0, float(sw.max()))
+    state_b = state.copy()
+    state_b[T] = np.where(
+        bt <= btol, K.R_SET, np.where(bt >= ub_b[T] - btol, K.L_SET, K.M_SET)
+    )
+    beta_b = np.where(state_b == K.L_SET, ub_b, 0.0)
+    inside = state_b[T] == K.M_SET
+    beta_b[T[inside]] = bt[inside]
+    # polish: the margin multipliers at tau_b to the KKT tolerance
+    m_b = np.flatnonzero(state_b == K.M_SET)
+    z, lo, hi = work
+    w_b, s_b, g_b = np.zeros(d), np.zeros(d), np.empty(n)
+    K.resolve_margin(
+        Xt, sqn, state_b, beta_b, tau_b, kappa, w_b, s_b, g_b, m_b.astype(np.int64),
+        len(m_b), z, lo, hi, tol, 100_000,
+    )  # fmt: skip
+    # the segment [tau, tau_b]: every tied example in M, from beta_a to beta_b
+    seg = state.copy()
+    seg[T] = K.M_SET
     kc = int(cnt[0])
-    # extend the last kink (at tau) to the segment's sets and rewrite its beta record
     moved = np.flatnonzero(seg != state)
-    c0 = int(cnt[2])
-    bufs["cidx"][c0 : c0 + len(moved)] = moved
-    bufs["cto"][c0 : c0 + len(moved)] = seg[moved]
-    c1 = c0 + len(moved)
+    c0_ = int(cnt[2])
+    bufs["cidx"][c0_ : c0_ + len(moved)] = moved
+    bufs["cto"][c0_ : c0_ + len(moved)] = seg[moved]
+    c1_ = c0_ + len(moved)
     members = np.flatnonzero(seg == K.M_SET)
     b0 = int(bufs["kink_bptr"][kc - 1])
     bufs["bstore"][b0 : b0 + len(members)] = beta_a[members]
     b1 = b0 + len(members)
     bufs["kink_bptr"][kc] = b1
-    bufs["kink_cptr"][kc] = c1
-    # the final kink at tau = 1
+    bufs["kink_cptr"][kc] = c1_
+    # the kink at tau_b
     moved = np.flatnonzero(state_b != seg)
-    bufs["cidx"][c1 : c1 + len(moved)] = moved
-    bufs["cto"][c1 : c1 + len(moved)] = state_b[moved]
-    c2 = c1 + len(moved)
-    members = np.flatnonzero(state_b == K.M_SET)
-    bufs["bstore"][b1 : b1 + len(members)] = beta_b[members]
-    bufs["kink_tau"][kc] = 1.0
-    bufs["kink_bptr"][kc + 1] = b1 + len(members)
+    bufs["cidx"][c1_ : c1_ + len(moved)] = moved
+    bufs["cto"][c1_ : c1_ + len(moved)] = state_b[moved]
+    c2 = c1_ + len(moved)
+    bufs["bstore"][b1 : b1 + len(m_b)] = beta_b[m_b]
+    bufs["kink_tau"][kc] = tau_b
+    bufs["kink_bptr"][kc + 1] = b1 + len(m_b)
     bufs["kink_cptr"][kc + 1] = c2
-    cnt[0], cnt[1], cnt[2] = kc + 1, b1 + len(members), c2
+    cnt[0], cnt[1], cnt[2] = kc + 1, b1 + len(m_b), c2
+    # the follower resumes from the programme's vertex
     state[:] = state_b
-    scal[0] = 1.0
+    beta[:] = beta_b
+    w[:] = w_b
+    s_l[:] = s_b
+    g[:] = g_b
+    g[m_b] = 0.0
+    mlist[: len(m_b)] = m_b
+    mpos[:] = -1
+    mpos[m_b] = np.arange(len(m_b))
+    dbeta[:] = 0.0
+    tau_left[:] = -1.0
+    scal[:] = (tau_b, len(m_b), 0.0, tau_b)
     return True
