@@ -10,7 +10,8 @@ eta) rectangle with lambda in [0.01, 1] and the (C+, C-) triangle C+ + C- <= 1; 
 grid search (the paper's: 20 x 20 in log2 (C+, C-) over [0.01, 100]^2, then 20 x 20
 around the best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to
 the same domain (grid points with C+ + C- > 100 are skipped), on the same folds.
-CV error = cost-weighted errors per CV row. Writes benchmarks/out/bpsp.json.
+CV error = cost-weighted errors per CV row. Writes benchmarks/out/bpsp.json after
+every row (rows of other datasets / costs already there are kept).
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ def main():
             else SETS)  # fmt: skip
     costs = (sys.argv[sys.argv.index("--costs") + 1].split(",") if "--costs" in sys.argv
              else ["2", "5", "10", "ratio"])  # fmt: skip
+    path = HERE / "out" / "bpsp.json"
     out = {"lambda_min": LAMBDA_MIN, "results": []}
+    if path.exists():  # rows of other (dataset, cost) pairs are kept
+        out["results"] = json.loads(path.read_text()).get("results", [])
     for name in sets:
         X, y = load(name)
         Xc, yc = cv_set(X, y, cap=200 if name == "spambase" else None)
@@ -137,10 +141,16 @@ def main():
                 "grid_cv_error": g_err, "grid_seconds": grid_s, "grid_fits": fits,
                 "grid_params": {"C_pos": g_cp, "C_neg": g_cn},
             }  # fmt: skip
-            out["results"].append(r)
+            out["results"] = [
+                o for o in out["results"]
+                if (o["dataset"], o["cost_fn"]) != (name, cost_fn)
+            ] + [r]  # fmt: skip
             print(json.dumps(r), flush=True)
-    (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "bpsp.json").write_text(json.dumps(out, indent=2) + "\n")
+            # after every row, atomically: an interrupted run keeps what it measured
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(out, indent=2) + "\n")
+            tmp.replace(path)
 
 
 if __name__ == "__main__":
