@@ -173,7 +173,9 @@ def main() -> None:
         "descent": descent(data),
         "grid": grid_vs_line_search(data),
     }
-    (out / "aum.json").write_text(json.dumps(res, indent=2) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(out / "aum.json", json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ def main():
     from sklearn.model_selection import StratifiedKFold
 
     from bigrate import BPSPSearchCV
+    from bigrate.data.writer import atomic_write_text
     from bigrate.kernel.smo import resolve_gamma
 
     sets = (sys.argv[sys.argv.index("--sets") + 1].split(",") if "--sets" in sys.argv
@@ -148,9 +149,7 @@ def main():
             print(json.dumps(r), flush=True)
             # after every row, atomically: an interrupted run keeps what it measured
             path.parent.mkdir(exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(out, indent=2) + "\n")
-            tmp.replace(path)
+            atomic_write_text(path, json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

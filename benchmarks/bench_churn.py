@@ -82,7 +82,9 @@ def main():
     out = {"runs": runs, "targets": list(TARGETS), "summary": summary,
            "records": records}  # fmt: skip
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "churn.json").write_text(json.dumps(out, indent=2) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(HERE / "out" / "churn.json", json.dumps(out, indent=2) + "\n")
     plot(summary, HERE / "out" / "churn.png")
     for row in summary:
         print("summary", json.dumps(row), flush=True)

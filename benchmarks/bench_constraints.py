@@ -92,8 +92,10 @@ def main():
     compare(out)
     suffix = "" if rows == 2000 else f"_{rows}"
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / f"constraints{suffix}.json").write_text(
-        json.dumps(out, indent=2) + "\n"
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(
+        HERE / "out" / f"constraints{suffix}.json", json.dumps(out, indent=2) + "\n"
     )
     plot_target_vs_achieved(
         [
@@ -145,8 +147,11 @@ def stream(X, y, sex, kappa=0.8):
                         "objective": h["objective"], "constraint": h["constraints"][0]}  # fmt: skip
             print(key, json.dumps(out[key]), flush=True)
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / f"constraints_stream_{len(y)}.json").write_text(
-        json.dumps(out, indent=2) + "\n"
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(
+        HERE / "out" / f"constraints_stream_{len(y)}.json",
+        json.dumps(out, indent=2) + "\n",
     )
 
 

@@ -162,7 +162,9 @@ dir = "{out}"
         res[f"sweep_{engine}"]["throughput_vs_local"] = (
             res[f"sweep_{engine}"]["tasks_per_s"] / res["sweep_local"]["tasks_per_s"]
         )
-    (out / "jobs.json").write_text(json.dumps(res, indent=2) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(out / "jobs.json", json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))
 
 

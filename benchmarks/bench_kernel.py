@@ -26,8 +26,10 @@ sys.path.insert(0, str(HERE.parent))
 
 def _save(out: Path, name: str, res: dict) -> None:
     print(json.dumps(res, indent=2, default=float))
-    (out / f"kernel_{name}.json").write_text(
-        json.dumps(res, indent=2, default=float) + "\n"
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(
+        out / f"kernel_{name}.json", json.dumps(res, indent=2, default=float) + "\n"
     )
 
 

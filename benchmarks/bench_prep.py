@@ -171,7 +171,9 @@ print(json.dumps({{"seconds": best, "nnz": int(n)}}))
         "goal": "time ratio <= 1.5",
     }
     print(json.dumps(res, indent=2))
-    (out / "prep.json").write_text(json.dumps(res, indent=2) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(out / "prep.json", json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

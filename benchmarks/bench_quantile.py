@@ -8,8 +8,7 @@ against n log n, path time, the time to recover one tau, and the mean time of on
 scikit-learn LinearSVC solve with the matching class weights (tau in 0.1, 0.5, 0.9), in
 the same run. Ratios: path / LinearSVC (the paper's Python DPF: 2,800x-3,600x LIBLINEAR)
 and LinearSVC / recovery (goal >= 20). a9a and synthetic fits run in a subprocess with a
-time limit: one-hot ties (a9a) and a slow degenerate start at tau = 0 (Gaussian data)
-can stall them (see BENCHMARKS.md).
+time limit: a9a's one-hot ties can stall the path (see BENCHMARKS.md).
 
 Writes benchmarks/out/quantile.json.
 """
@@ -147,7 +146,9 @@ def main():
                 np.polyfit(ln, np.log([r["kinks"] for r in rs]), 1)[0]
             )
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "quantile.json").write_text(json.dumps(out, indent=2) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(HERE / "out" / "quantile.json", json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if "slope" in k}))
 
 

@@ -54,7 +54,11 @@ def _synth(out: Path, rows: int) -> Path:
 
 def _save(out: Path, name: str, res: dict) -> None:
     print(json.dumps(res, indent=2))
-    (out / f"{name}.json").write_text(json.dumps(res, indent=2, default=float) + "\n")
+    from bigrate.data.writer import atomic_write_text
+
+    atomic_write_text(
+        out / f"{name}.json", json.dumps(res, indent=2, default=float) + "\n"
+    )
 
 
 def bench_speed(out: Path, rows: int) -> dict:
