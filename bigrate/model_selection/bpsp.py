@@ -35,6 +35,7 @@ dual (boxes C+ / C-, margin level 1), where the solution is affine in (C+, C-): 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -48,6 +49,31 @@ from sklearn.utils.validation import validate_data
 
 R_SET, M_SET, E_SET = 0, 1, 2
 GRID = 1e-12  # precision grid of shapely's unions and overlays (parameters are O(1))
+REPAIR_GRIDS = (1e-10, 1e-8)  # coarser grids tried when GEOS gives up on GRID
+
+
+def overlay(op, *geoms, diag=None):
+    """``op(*geoms)`` (a shapely set operation) on the precision grid GRID. On thin,
+    nearly coincident regions GEOS can still give up ("TopologyException: unable to
+    assign free hole to a shell", seen on breast-cancer fold 0); the inputs are then
+    repaired (make_valid) and snapped to a coarser grid (a shift of 1e-10 in lambda or
+    eta, far below any region's width that matters), and the repair is counted in
+    ``diag.geometry_repairs``."""
+    try:
+        return op(*geoms, grid_size=GRID)
+    except shapely.errors.GEOSException as e:
+        err = e
+    for grid in REPAIR_GRIDS:
+        fixed = [shapely.set_precision(shapely.make_valid(g), grid) for g in geoms]
+        try:
+            out = op(*fixed, grid_size=grid)
+        except shapely.errors.GEOSException as e:
+            err = e
+            continue
+        if diag is not None:
+            diag.geometry_repairs += 1
+        return out
+    raise err
 
 
 @dataclass(frozen=True)
@@ -260,8 +286,10 @@ class Diagnostics:
     thin_pieces: int = 0
     thin_area: float = 0.0
     overlaps: int = 0
+    redundant_regions: int = 0
     unresolved_pieces: int = 0
     unresolved_area: float = 0.0
+    geometry_repairs: int = 0
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -290,6 +318,8 @@ class Partitioner:
                 f"method must be 'neighbours' or 'theorem2', got {method!r}"
             )
         self.method = method
+        # regions between two refreshes of the covered area (for redundant regions)
+        self.redundancy_check = 1000
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -389,6 +419,7 @@ class Partitioner:
         seeds = [rect.representative_point()]
         covered = 0.0
         union, done = shapely.Polygon(), 0
+        inside, next_check = None, self.redundancy_check
         for _round in range(50):
             for pt in seeds:
                 lam, eta = pt.x, pt.y
@@ -410,11 +441,22 @@ class Partitioner:
                     self.diag.thin_pieces += 1
                     self.diag.thin_area += 0.0 if P.is_empty else P.area
                     continue
+                if inside is not None and inside.contains(P):
+                    # another description of parameters already covered (tied or
+                    # duplicated rows make the solution non-unique): it would give
+                    # up all of its area, and its neighbours are more of the same
+                    self.diag.redundant_regions += 1
+                    continue
                 regions.append(Region(P, st, aff))
                 covered += P.area
                 if progress is not None:
                     progress(min(covered / total, 1.0), len(regions))
                 self._guard(regions, covered, total)
+                if len(regions) >= next_check:
+                    inside = self._covered_so_far(regions)
+                    next_check = len(regions) + max(
+                        self.redundancy_check, len(regions) // 4
+                    )
                 for k in facets(P, ineq, active, self.tol):
                     nxt = st.copy()
                     nxt[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]  # Theorem 3
@@ -422,11 +464,12 @@ class Partitioner:
                         queue.append(nxt)
             # the running union takes only this round's regions (re-uniting all of
             # them every round was the fit's largest cost on folds with many seeds)
-            union = shapely.union_all([union] + [r.polygon for r in regions[done:]],
-                                      grid_size=GRID)  # fmt: skip
+            union = overlay(shapely.union_all,
+                            [union] + [r.polygon for r in regions[done:]],
+                            diag=self.diag)  # fmt: skip
             done = len(regions)
-            gaps = [g for g in getattr(rect.difference(union), "geoms",
-                                       [rect.difference(union)])
+            rest = overlay(shapely.difference, rect, union, diag=self.diag)
+            gaps = [g for g in getattr(rest, "geoms", [rest])
                     if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
             if not gaps:
                 break
@@ -441,6 +484,14 @@ class Partitioner:
         self.diag.regions = len(regions)
         return regions
 
+    def _covered_so_far(self, regions):
+        """The union of ``regions``, widened by 1e-9 (vertices are computed region
+        by region) and prepared for fast containment tests."""
+        union = overlay(shapely.union_all, [r.polygon for r in regions], diag=self.diag)
+        inside = shapely.buffer(union, 1e-9)
+        shapely.prepare(inside)
+        return inside
+
     def _give_up_overlaps(self, regions):
         """Each region gives up what it shares (more than area_tol) with earlier
         regions; the overlapping pairs are found in one vectorised tree query."""
@@ -452,9 +503,14 @@ class Partitioner:
         hit = shared > self.area_tol
         i, j = i[hit], j[hit]
         for k in np.unique(i):  # increasing: earlier regions are final when used
-            taken = shapely.union_all([regions[m].polygon for m in j[i == k]],
-                                      grid_size=GRID)  # fmt: skip
-            regions[k].polygon = regions[k].polygon.difference(taken)
+            taken = overlay(
+                shapely.union_all,
+                [regions[m].polygon for m in j[i == k]],
+                diag=self.diag,
+            )
+            regions[k].polygon = _polygonal(
+                overlay(shapely.difference, regions[k].polygon, taken, diag=self.diag)
+            )
             self.diag.overlaps += 1
 
     def _run_theorem2(self, progress=None) -> list[Region]:
@@ -552,7 +608,7 @@ def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e
     return out
 
 
-def dissolve(pairs):
+def dissolve(pairs, diag=None):
     """[(value, polygon)] -> {value: union of its polygons}."""
     groups: dict = {}
     for v, g in pairs:
@@ -561,11 +617,12 @@ def dissolve(pairs):
     # union of wedges meeting at one point (all regions meet at C = 0) lost 3% of
     # its area
     return {
-        v: _polygonal(shapely.union_all(gs, grid_size=GRID)) for v, gs in groups.items()
+        v: _polygonal(overlay(shapely.union_all, gs, diag=diag))
+        for v, gs in groups.items()
     }
 
 
-def superpose(maps):
+def superpose(maps, diag=None):
     """Sum of piecewise-constant maps {value: geometry} over the same rectangle: the
     exact K-fold total for every parameter pair, dissolved by value."""
     total = maps[0]
@@ -575,10 +632,10 @@ def superpose(maps):
             for v2, g2 in m.items():
                 if not g1.intersects(g2):
                     continue
-                inter = _polygonal(shapely.intersection(g1, g2, grid_size=GRID))
+                inter = _polygonal(overlay(shapely.intersection, g1, g2, diag=diag))
                 if inter.area > 0:
                     pairs.append((v1 + v2, inter))
-        total = dissolve(pairs)
+        total = dissolve(pairs, diag)
     return total
 
 
@@ -631,7 +688,7 @@ def _fold_map(data, train, test, params):
     for r in regions:
         pairs += invariant_cells(r, Kv, y[train], y[test], params["cost_fn"],
                                  params["cost_fp"])  # fmt: skip
-    dmap = dissolve(pairs)
+    dmap = dissolve(pairs, part.diag)
     distinct = len({r.state.tobytes() for r in regions})
     return {
         "map": [(v, shapely.to_wkb(g)) for v, g in dmap.items()],
@@ -829,7 +886,15 @@ class BPSPSearchCV(BaseEstimator):
                     {v: shapely.from_wkb(w) for v, w in results[(g, sp, k)]["map"]}
                     for k in range(len(splits))
                 ]
-                total = superpose(maps)
+                fix = Diagnostics()
+                total = superpose(maps, fix)
+                if fix.geometry_repairs:
+                    warnings.warn(
+                        f"gamma={gamma:g}, {sp}: {fix.geometry_repairs} overlays of "
+                        f"the fold superposition were repaired on a grid of "
+                        f"{REPAIR_GRIDS[-1]:g} or finer (GEOS topology errors)",
+                        stacklevel=2,
+                    )
                 cells = sorted(((v / n_val, geom) for v, geom in total.items()),
                                key=lambda t: t[0])  # fmt: skip
                 self.partition_[gamma][sp] = [

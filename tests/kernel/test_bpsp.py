@@ -166,3 +166,58 @@ def test_a_fold_without_both_classes_is_refused():
     folds = [(np.r_[pos, neg[:3]], neg[3:]), (neg[3:], np.r_[pos, neg[:3]])]
     with pytest.raises(ValueError, match="cv fold 0: its test rows hold only class"):
         BPSPSearchCV(cv=folds, engine="local", progress=False).fit(X, y)
+
+
+def test_an_overlay_geos_gives_up_on_is_redone_on_a_coarser_grid():
+    # GEOS raised "unable to assign free hole to a shell" on breast-cancer fold 0 at
+    # the 1e-12 grid; the overlay is redone on repaired inputs and counted
+    from shapely.errors import GEOSException
+
+    from bigrate.model_selection.bpsp import GRID, Diagnostics, overlay
+
+    a, b = shapely.box(0, 0, 1, 1), shapely.box(0.5, 0, 1.5, 1)
+    grids = []
+
+    def fussy_union(geoms, grid_size):  # GEOS's failure on the fine grid only
+        grids.append(grid_size)
+        if grid_size == GRID:
+            raise GEOSException("TopologyException: unable to assign free hole")
+        return shapely.union_all(geoms, grid_size=grid_size)
+
+    d = Diagnostics()
+    got = overlay(fussy_union, [a, b], diag=d)
+    assert got.area == pytest.approx(1.5) and d.geometry_repairs == 1
+    assert grids[0] == GRID and grids[1] > GRID
+    assert overlay(shapely.union_all, [a, b], diag=d).equals(got)
+    assert d.geometry_repairs == 1  # nothing to repair: not counted
+
+    def hopeless(geoms, grid_size):
+        raise GEOSException("TopologyException: at every grid")
+
+    with pytest.raises(GEOSException, match="every grid"):
+        overlay(hopeless, [a, b], diag=d)
+
+
+def test_duplicated_rows_give_redundant_regions_that_are_skipped():
+    # duplicated rows make the bordered matrix singular and the dual non-unique:
+    # many index sets describe the same parameters (breast-cancer has 32 duplicates
+    # in a 164-row fold); those wholly inside what is covered are not kept or expanded
+    X, y = _data(24, seed=5)
+    X, y = np.vstack([X, X[:8]]), np.r_[y, y[:8]]
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    p.redundancy_check = 20
+    regions = p.run()
+    assert p.diag.singular_systems > 0 and p.diag.redundant_regions > 0
+    polys = [r.polygon for r in regions]
+    assert sum(g.area for g in polys) == pytest.approx(0.95, abs=1e-6)
+    assert shapely.union_all(polys).area == pytest.approx(0.95, abs=1e-6)
+    K = cross_kernel(X, X, "rbf", 0.5, 0.0, 3)
+    for lam, eta in _points(p, np.random.default_rng(6), 20):
+        (r,) = [r for r in regions if r.polygon.contains(Point(lam, eta))]
+        x = np.array([1.0, lam, eta])
+        a, bprime = r.affine.alpha @ x, r.affine.bprime @ x
+        p.solve_tol = 1e-9
+        a_direct, b_direct = p.solve_at(lam, eta)
+        # alpha is not unique here, the decision values on the training rows are
+        f, f_direct = K @ (a * y) + bprime, K @ (a_direct * y) + b_direct
+        assert np.abs(f - f_direct).max() <= 1e-5
