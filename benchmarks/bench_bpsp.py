@@ -10,6 +10,9 @@ eta) rectangle with lambda in [0.01, 1] and the (C+, C-) triangle C+ + C- <= 1; 
 grid search (the paper's: 20 x 20 in log2 (C+, C-) over [0.01, 100]^2, then 20 x 20
 around the best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to
 the same domain (grid points with C+ + C- > 100 are skipped), on the same folds.
+The one-parameter path crossed with a grid (bigrate.model_selection.eta_path): exact
+paths in eta = C+ / (C+ + C-) at 20 values of C+ + C- log-spaced over [0.02, 100], then
+20 within one step of the best, on the same folds.
 CV error = cost-weighted errors per CV row. Writes benchmarks/out/bpsp.json after
 every row (rows of other datasets / costs already there are kept).
 """
@@ -101,6 +104,7 @@ def main():
     from bigrate import BPSPSearchCV
     from bigrate.data.writer import atomic_write_text
     from bigrate.kernel.smo import resolve_gamma
+    from bigrate.model_selection.eta_path import eta_path_cv
 
     sets = (sys.argv[sys.argv.index("--sets") + 1].split(",") if "--sets" in sys.argv
             else SETS)  # fmt: skip
@@ -108,8 +112,6 @@ def main():
              else ["2", "5", "10", "ratio"])  # fmt: skip
     path = HERE / "out" / "bpsp.json"
     out = {"lambda_min": LAMBDA_MIN, "results": []}
-    if path.exists():  # rows of other (dataset, cost) pairs are kept
-        out["results"] = json.loads(path.read_text()).get("results", [])
     for name in sets:
         X, y = load(name)
         Xc, yc = cv_set(X, y, cap=200 if name == "spambase" else None)
@@ -129,6 +131,10 @@ def main():
                 warnings.simplefilter("ignore")
                 g_err, g_cp, g_cn, fits = grid_cv(Xc, yc, folds, gamma, cost_fn, 1.0)
             grid_s = time.perf_counter() - t
+            t = time.perf_counter()
+            walk = eta_path_cv(Xc, yc, folds, gamma=gamma, cost_fn=cost_fn,
+                               c_sum=(0.02, 1.0 / LAMBDA_MIN))  # fmt: skip
+            path_s = time.perf_counter() - t
             d = s.diagnostics_[gamma]
             r = {
                 "dataset": name, "cv_rows": len(yc), "cost_fn": cost_fn,
@@ -141,7 +147,14 @@ def main():
                                        for f in per),
                 "grid_cv_error": g_err, "grid_seconds": grid_s, "grid_fits": fits,
                 "grid_params": {"C_pos": g_cp, "C_neg": g_cn},
+                "path_cv_error": walk["cv_error"], "path_seconds": path_s,
+                "path_pieces": walk["pieces"],
+                "path_params": {"C_pos": walk["C_pos"], "C_neg": walk["C_neg"]},
             }  # fmt: skip
+            # rows of other (dataset, cost) pairs are kept, read just before writing
+            # (a run on other sets may have added some meanwhile)
+            if path.exists():
+                out["results"] = json.loads(path.read_text()).get("results", [])
             out["results"] = [
                 o for o in out["results"]
                 if (o["dataset"], o["cost_fn"]) != (name, cost_fn)
