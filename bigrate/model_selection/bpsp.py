@@ -256,18 +256,28 @@ def clip(poly, ineq, tol):
     return P, active
 
 
-def facets(poly, ineq, candidates, tol):
+def facets(poly, ineq, candidates, tol, across=None):
     """The candidate inequalities whose line carries an edge of ``poly`` (its
-    compact representation within the piece it was cut from)."""
+    compact representation within the piece it was cut from). With ``across`` (a
+    distance), also a point that far beyond the middle of each such edge."""
     if poly.is_empty or len(candidates) == 0:
-        return []
+        return [] if across is None else ([], np.zeros((0, 2)))
     V = np.array(poly.exterior.coords)
     A = ineq[candidates]
     scale = np.maximum(np.abs(A[:, :2]).max(axis=1), 1e-300)
     slack = 1e3 * tol * np.maximum(1.0, np.abs(A[:, 2])) + tol * scale
     on = np.abs(V @ A[:, :2].T - A[:, 2]) <= slack  # vertices x candidates
-    edge = (on[:-1] & on[1:]).any(axis=0)  # two consecutive vertices on the line
-    return [int(k) for k in np.asarray(candidates)[edge]]
+    both = on[:-1] & on[1:]  # edges x candidates: two consecutive vertices on it
+    edge = both.any(axis=0)
+    out = [int(k) for k in np.asarray(candidates)[edge]]
+    if across is None:
+        return out
+    e = both[:, edge].argmax(axis=0)  # an edge on each facet's line
+    mid = (V[e] + V[e + 1]) / 2
+    normal = A[edge, :2] / np.maximum(np.hypot(A[edge, 0], A[edge, 1]), 1e-300)[:, None]
+    # no farther than a thousandth of the edge: small regions have small neighbours
+    dist = np.minimum(across, 1e-3 * np.hypot(*(V[e + 1] - V[e]).T))
+    return out, mid + dist[:, None] * normal
 
 
 @dataclass
@@ -287,6 +297,7 @@ class Diagnostics:
     thin_area: float = 0.0
     overlaps: int = 0
     redundant_regions: int = 0
+    degenerate_moves: int = 0
     unresolved_pieces: int = 0
     unresolved_area: float = 0.0
     geometry_repairs: int = 0
@@ -320,6 +331,9 @@ class Partitioner:
         self.method = method
         # regions between two refreshes of the covered area (for redundant regions)
         self.redundancy_check = 1000
+        # how far across a facet a neighbour's partition is first checked (None:
+        # every one-row move is clipped)
+        self.probe = 1e-7
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -416,24 +430,29 @@ class Partitioner:
         regions: list[Region] = []
         seen: set = set()
         queue: deque = deque()
-        seeds = [rect.representative_point()]
+        seeds = [rect]  # areas to seed by a direct solve
+        rng = np.random.default_rng(0)
         covered = 0.0
         union, done = shapely.Polygon(), 0
         inside, next_check = None, self.redundancy_check
         for _round in range(50):
-            for pt in seeds:
-                lam, eta = pt.x, pt.y
-                a, bp = self.solve_at(lam, eta)
-                self.diag.direct_solves += 1
-                st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta)
-                queue.append(st)
+            for area in seeds:
+                queue.append((self._seed(area, seen, rng), None))
             while queue:
-                st = queue.popleft()
+                st, probe = queue.popleft()
                 key = st.tobytes()
                 if key in seen:
                     continue
-                seen.add(key)
                 aff, ineq = self._system(st)
+                if probe is not None and (ineq[:, :2] @ probe - ineq[:, 2]).max() > 0:
+                    # the one-row move does not hold just across the facet it came
+                    # through (a degenerate crossing): its region is empty or lies
+                    # elsewhere, where another neighbour or a gap seed finds it. Not
+                    # marked seen; no polygon clipped (most such states gave
+                    # slivers of ~1e-17 after a full clip)
+                    self.diag.degenerate_moves += 1
+                    continue
+                seen.add(key)
                 if aff.singular:
                     self.diag.singular_systems += 1
                 P, active = clip(rect, ineq, self.tol)
@@ -457,11 +476,26 @@ class Partitioner:
                     next_check = len(regions) + max(
                         self.redundancy_check, len(regions) // 4
                     )
-                for k in facets(P, ineq, active, self.tol):
+                if self.probe is None:
+                    fac = facets(P, ineq, active, self.tol)
+                    probes = [None] * len(fac)
+                else:
+                    fac, probes = facets(P, ineq, active, self.tol, across=self.probe)
+                for k, pt in zip(fac, probes, strict=True):
                     nxt = st.copy()
-                    nxt[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]  # Theorem 3
+                    rows = [k]
+                    if pt is not None:
+                        broken = np.flatnonzero(ineq[:, :2] @ pt - ineq[:, 2] > 0)
+                        if len(broken) > 1:
+                            # this region's solution, carried across, breaks more
+                            # rows than the facet's (a degenerate crossing, e.g.
+                            # duplicated rows' lines coincide): they all move
+                            self.diag.degenerate_moves += 1
+                            rows = broken
+                    for j in rows:  # Theorem 3
+                        nxt[int(ineq[j, 3])] = _MOVE[int(ineq[j, 4])]
                     if nxt.tobytes() not in seen:
-                        queue.append(nxt)
+                        queue.append((nxt, pt))
             # the running union takes only this round's regions (re-uniting all of
             # them every round was the fit's largest cost on folds with many seeds)
             union = overlay(shapely.union_all,
@@ -473,7 +507,7 @@ class Partitioner:
                     if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
             if not gaps:
                 break
-            seeds = [g.representative_point() for g in gaps]
+            seeds = gaps
         else:
             self.diag.unresolved_pieces += len(gaps)
             self.diag.unresolved_area += sum(g.area for g in gaps)
@@ -483,6 +517,26 @@ class Partitioner:
             regions = [r for r in regions if r.polygon.area > self.area_tol]
         self.diag.regions = len(regions)
         return regions
+
+    def _seed(self, area, seen, rng, tries=4):
+        """The partition at a point of ``area`` by a direct solve: its representative
+        point, or random points of it while that gives a partition already seen (with
+        tied or duplicated rows, the one found there can have no area, and the same
+        point would give it again every round)."""
+        x0, y0, x1, y1 = area.bounds
+        pt = area.representative_point()
+        for _ in range(tries):
+            lam, eta = pt.x, pt.y
+            a, bp = self.solve_at(lam, eta)
+            self.diag.direct_solves += 1
+            st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta)
+            if st.tobytes() not in seen:
+                break
+            for _ in range(100):
+                pt = shapely.Point(rng.uniform(x0, x1), rng.uniform(y0, y1))
+                if area.contains(pt):
+                    break
+        return st
 
     def _covered_so_far(self, regions):
         """The union of ``regions``, widened by 1e-9 (vertices are computed region
