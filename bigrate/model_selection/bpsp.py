@@ -25,7 +25,9 @@ belongs to. A piece whose guessed partition does not hold there (degenerate cros
 several rows change at once) is seeded by a direct solve (our SMO) at one of its
 points, the partition then corrected by an active-set loop. The default method
 ("neighbours") records each critical region once, whole, and walks to the neighbour
-across each facet (Theorem 3) breadth-first; gaps are seeded by direct solves and
+across each facet (Theorem 3) breadth-first; a move is first checked at a point just
+across the facet, and where the region's solution carried there breaks several rows
+(a degenerate crossing) they all move. Gaps are seeded by direct solves and
 overlapping regions (non-unique solutions) give the overlap to the earlier one.
 
 The (C+, C-) triangle C+ + C- <= 1 is partitioned the same way in the 2C-SVM's own
@@ -445,8 +447,8 @@ class Partitioner:
                     continue
                 aff, ineq = self._system(st)
                 if probe is not None and (ineq[:, :2] @ probe - ineq[:, 2]).max() > 0:
-                    # the one-row move does not hold just across the facet it came
-                    # through (a degenerate crossing): its region is empty or lies
+                    # the move does not hold just across the facet it came through
+                    # (a degenerate crossing): its region is empty or lies
                     # elsewhere, where another neighbour or a gap seed finds it. Not
                     # marked seen; no polygon clipped (most such states gave
                     # slivers of ~1e-17 after a full clip)
