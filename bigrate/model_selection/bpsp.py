@@ -336,6 +336,9 @@ class Partitioner:
         # how far across a facet a neighbour's partition is first checked (None:
         # every one-row move is clipped)
         self.probe = 1e-7
+        # rounds of gap seeding after which such a move is corrected where it failed
+        # (while the gaps are not negligible) instead of dropped; 0: from the start
+        self.correct_after = 12
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -437,6 +440,7 @@ class Partitioner:
         covered = 0.0
         union, done = shapely.Polygon(), 0
         inside, next_check = None, self.redundancy_check
+        correcting = self.correct_after <= 0
         for _round in range(50):
             for area in seeds:
                 queue.append((self._seed(area, seen, rng), None))
@@ -446,7 +450,22 @@ class Partitioner:
                 if key in seen:
                     continue
                 aff, ineq = self._system(st)
-                if probe is not None and (ineq[:, :2] @ probe - ineq[:, 2]).max() > 0:
+                if (
+                    correcting
+                    and probe is not None
+                    and (ineq[:, :2] @ probe - ineq[:, 2]).max() > 0
+                ):
+                    # the walk has broken into islands that seeding reconnects only
+                    # slowly: find the partition that holds just across the facet
+                    st, aff = self.correct(st, *probe, rounds=10)
+                    key = st.tobytes()
+                    if key in seen:
+                        continue
+                    aff, ineq = self._system(st)
+                if (
+                    probe is not None
+                    and (ineq[:, :2] @ probe - ineq[:, 2]).max() > 1e-9
+                ):
                     # the move does not hold just across the facet it came through
                     # (a degenerate crossing): its region is empty or lies
                     # elsewhere, where another neighbour or a gap seed finds it. Not
@@ -500,6 +519,7 @@ class Partitioner:
                         queue.append((nxt, pt))
             # the running union takes only this round's regions (re-uniting all of
             # them every round was the fit's largest cost on folds with many seeds)
+            found = len(regions) - done
             union = overlay(shapely.union_all,
                             [union] + [r.polygon for r in regions[done:]],
                             diag=self.diag)  # fmt: skip
@@ -507,10 +527,16 @@ class Partitioner:
             rest = overlay(shapely.difference, rect, union, diag=self.diag)
             gaps = [g for g in getattr(rest, "geoms", [rest])
                     if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
-            if not gaps:
+            if not gaps or (_round > 0 and found == 0):
+                # covered, or this round's seeds found nothing new (the same gaps
+                # would be seeded again, to no end)
                 break
             seeds = gaps
-        else:
+            correcting = (
+                _round + 1 >= self.correct_after
+                and sum(g.area for g in gaps) > 1e-6 * total
+            )
+        if gaps:
             self.diag.unresolved_pieces += len(gaps)
             self.diag.unresolved_area += sum(g.area for g in gaps)
         # overlaps: keep the earlier region's claim

@@ -198,26 +198,35 @@ def test_an_overlay_geos_gives_up_on_is_redone_on_a_coarser_grid():
         overlay(hopeless, [a, b], diag=d)
 
 
-@pytest.mark.parametrize("probe", [1e-7, None])
-def test_duplicated_rows_give_redundant_regions_that_are_skipped(probe):
+@pytest.mark.parametrize(
+    "probe, correct_after, space",
+    [(1e-7, 12, "lambda_eta"), (1e-7, 0, "c_pos_c_neg"), (None, 12, "lambda_eta")],
+)
+def test_duplicated_rows_give_redundant_regions_that_are_skipped(
+    probe, correct_after, space
+):
     # duplicated rows make the bordered matrix singular and the dual non-unique:
     # many index sets describe the same parameters (breast-cancer has 32 duplicates
     # in a 164-row fold); one-row moves that do not hold just across their facet are
     # not followed (probe), and regions wholly inside what is covered are not kept or
-    # expanded (what is left when every move is followed: probe None)
+    # expanded (what is left when every move is followed: probe None); with
+    # correct_after 0, a move that fails just across its facet is corrected there
     X, y = _data(24, seed=5)
     X, y = np.vstack([X, X[:8]]), np.r_[y, y[:8]]
-    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
-    p.redundancy_check, p.probe = 20, probe
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    p.redundancy_check, p.probe, p.correct_after = 20, probe, correct_after
     regions = p.run()
     assert p.diag.singular_systems > 0
+    if correct_after == 0:
+        assert p.diag.corrections > 0
     if probe is None:
         assert p.diag.redundant_regions > 0 and p.diag.degenerate_moves == 0
     else:
         assert p.diag.degenerate_moves > 0
     polys = [r.polygon for r in regions]
-    assert sum(g.area for g in polys) == pytest.approx(0.95, abs=1e-6)
-    assert shapely.union_all(polys).area == pytest.approx(0.95, abs=1e-6)
+    area = p.space.domain(p.lambda_min).area  # 0.95 or the triangle's 0.5
+    assert sum(g.area for g in polys) == pytest.approx(area, abs=1e-6)
+    assert shapely.union_all(polys).area == pytest.approx(area, abs=1e-6)
     K = cross_kernel(X, X, "rbf", 0.5, 0.0, 3)
     for lam, eta in _points(p, np.random.default_rng(6), 20):
         (r,) = [r for r in regions if r.polygon.contains(Point(lam, eta))]
