@@ -19,6 +19,18 @@ def _data(n, seed=0):
     return X, y
 
 
+def direct_cv_error(X, y, folds, C_pos, C_neg, cost_fn, gamma=0.5):
+    """Cost-weighted K-fold CV error per row by direct CostSensitiveSVC fits."""
+    cost = 0.0
+    for tr, te in folds:
+        m = CostSensitiveSVC(C_pos=C_pos, C_neg=C_neg, gamma=gamma, tol=1e-9).fit(
+            X[tr], y[tr]
+        )
+        pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
+        cost += (np.where(y[te] > 0, cost_fn, 1.0) * (pred != y[te])).sum()
+    return cost / len(y)
+
+
 @pytest.fixture(
     scope="module",
     params=[
@@ -92,13 +104,8 @@ def test_cv_error_of_the_returned_pair_equals_direct_fits():
     assert s.best_params_["space"] in ("lambda_eta", "c_pos_c_neg")
     bp = s.best_params_
     assert bp["C_pos"] == pytest.approx(bp["eta"] / bp["lambda"])
-    cost = 0.0
-    for tr, te in folds:
-        m = CostSensitiveSVC(C_pos=bp["C_pos"], C_neg=bp["C_neg"], gamma=0.5,
-                             tol=1e-9).fit(X[tr], y[tr])  # fmt: skip
-        pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
-        cost += (np.where(y[te] > 0, 2.0, 1.0) * (pred != y[te])).sum()
-    assert s.cv_error_ == pytest.approx(cost / len(y))
+    direct = direct_cv_error(X, y, folds, bp["C_pos"], bp["C_neg"], 2.0)
+    assert s.cv_error_ == pytest.approx(direct)
     # the CV-error maps cover both spaces; their minimum is the returned error
     per = s.partition_[0.5]
     assert min(cells[0]["cv_error"] for cells in per.values()) == s.cv_error_

@@ -6,17 +6,11 @@ import numpy as np
 import pytest
 from sklearn.model_selection import StratifiedKFold
 
-from bigrate import BPSPSearchCV, CostSensitiveSVC
+from bigrate import BPSPSearchCV
 from bigrate.kernel.smo import cross_kernel
 from bigrate.model_selection.bpsp import Partitioner
 from bigrate.model_selection.eta_path import eta_path_cv, line_path, validation_steps
-
-
-def _data(n, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, 2))
-    y = np.where(X[:, 0] + 0.7 * rng.standard_normal(n) > 0, 1.0, -1.0)
-    return X, y
+from tests.kernel.test_bpsp import _data, direct_cv_error
 
 
 @pytest.mark.parametrize("lam", [0.05, 0.3, 1.0, 4.0])
@@ -59,13 +53,8 @@ def test_cv_error_equals_direct_fits_and_is_never_below_bpsp():
                     coarse=6, fine=4)  # fmt: skip
     assert r["paths"] == 10 and r["pieces"] > 10 * 3 * 3
     assert r["C_pos"] + r["C_neg"] == pytest.approx(1 / r["lambda"])
-    cost = 0.0
-    for tr, te in folds:
-        m = CostSensitiveSVC(C_pos=r["C_pos"], C_neg=r["C_neg"], gamma=0.5,
-                             tol=1e-9).fit(X[tr], y[tr])  # fmt: skip
-        pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
-        cost += (np.where(y[te] > 0, 2.0, 1.0) * (pred != y[te])).sum()
-    assert r["cv_error"] == pytest.approx(cost / len(y))
+    direct = direct_cv_error(X, y, folds, r["C_pos"], r["C_neg"], 2.0)
+    assert r["cv_error"] == pytest.approx(direct)
     # BPSP is exact over every C+ + C- <= 20, which holds each path's line
     s = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
                      lambda_min=0.05, progress=False).fit(X, y)  # fmt: skip
