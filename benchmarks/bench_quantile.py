@@ -134,7 +134,7 @@ def main():
         r = _limited("synthetic", n, limit)
         out["synthetic"].append(r)
         print("synthetic", json.dumps(r), flush=True)
-    for n in [500, 1000] if quick else [500, 1000, 2000, 4000]:
+    for n in [500, 1000] if quick else [500, 1000, 2000, 4000, 8000, 32_561]:
         r = _limited("a9a", n, limit)
         out["a9a"].append(r)
         print("a9a", json.dumps(r), flush=True)

@@ -288,7 +288,357 @@ def _record_beta(mlist, m, beta, out, start, sortbuf):
 
 
 @njit(cache=True, nogil=True)
-def _direction(X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol):
+def _submatrix(A, cols, nc, out):
+    for j in range(nc):
+        out[:, j] = A[:, cols[j]]
+
+
+@njit(cache=True, nogil=True)
+def nnls(C, t, tol, max_iter):
+    """Lawson-Hanson non-negative least squares, min ||C z - t|| over z >= 0 (C dense,
+    d x p). The passive set's columns stay linearly independent, so each step is a
+    full-rank least-squares solve of at most d columns. Returns (z, iterations)."""
+    d, p = C.shape
+    z = np.zeros(p)
+    passive = np.zeros(p, np.bool_)
+    banned = np.zeros(p, np.bool_)  # entered with a non-positive value (rounding)
+    cols = np.zeros(p, np.int64)
+    grad = C.T @ t
+    it = 0
+    while it < max_iter:
+        j, best = -1, tol
+        for k in range(p):
+            if not passive[k] and not banned[k] and grad[k] > best:
+                j, best = k, grad[k]
+        if j < 0:
+            break
+        passive[j] = True
+        first = True
+        while it < max_iter:
+            it += 1
+            nc = 0
+            for k in range(p):
+                if passive[k]:
+                    cols[nc] = k
+                    nc += 1
+            sub = np.empty((d, nc))
+            _submatrix(C, cols, nc, sub)
+            sol = np.linalg.lstsq(sub, t, -1.0)[0]
+            if first:
+                first = False
+                ok = True
+                for q in range(nc):
+                    if cols[q] == j and sol[q] <= 0.0:
+                        ok = False
+                if not ok:
+                    passive[j] = False
+                    banned[j] = True
+                    break
+            step, kmin = 1.0, -1
+            for q in range(nc):
+                k = cols[q]
+                if sol[q] <= 0.0:
+                    a = z[k] / (z[k] - sol[q])
+                    if a < step:
+                        step, kmin = a, k
+            if kmin < 0:
+                for q in range(nc):
+                    z[cols[q]] = sol[q]
+                break
+            for q in range(nc):
+                k = cols[q]
+                z[k] += step * (sol[q] - z[k])
+                if z[k] <= 0.0:
+                    z[k] = 0.0
+                    passive[k] = False
+            z[kmin] = 0.0
+            passive[kmin] = False
+        grad = C.T @ (t - C @ z)
+    return z, it
+
+
+@njit(cache=True, nogil=True)
+def _row_space(X, mlist, cols, nc, d, rank_rtol):
+    """Eigen-decomposition of B = A A^T for the columns A = [y_i x_i] at the mlist
+    positions ``cols[:nc]``: accumulated from the sparse rows (nnz^2 per row) and
+    decomposed in O(d^3), far cheaper than an SVD of the d x nc matrix when nc is in
+    the hundreds. Returns (first, V, ev): V[:, first:] spans range(A) (eigenvalues
+    above rank_rtol times the largest), ev = those eigenvalues."""
+    indptr, indices, data, y, sw = X
+    B = np.zeros((d, d))
+    for q in range(nc):
+        i = mlist[cols[q]]
+        for p1 in range(indptr[i], indptr[i + 1]):
+            c1, v1 = indices[p1], data[p1]
+            for p2 in range(indptr[i], indptr[i + 1]):
+                B[c1, indices[p2]] += v1 * data[p2]
+    ev, V = np.linalg.eigh(B)
+    cut = rank_rtol * ev[d - 1]
+    first = d
+    while first > 0 and ev[first - 1] > cut:
+        first -= 1
+    return first, V, ev[first:].copy()
+
+
+@njit(cache=True, nogil=True)
+def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
+    """The minimum-norm solution of min ||A a - t|| (A as in :func:`_row_space`, whose
+    eigenvectors V and eigenvalues lam it takes): a = A^T U L^-1 U^T t, then two steps
+    of iterative refinement on the normal equations A^T A a = A^T t with residuals
+    computed from the sparse rows. Through A A^T the small singular values are
+    squared (a 1e-4 relative singular value loses half the digits), and refinement
+    wins them back: each step shrinks the error by about eps cond(A)^2."""
+    indptr, indices, data, y, sw = X
+    d = len(t)
+    U = np.ascontiguousarray(V[:, first:])
+    v = U @ ((U.T @ t) / lam)
+    for j in range(nc):
+        i = mlist[cols[j]]
+        out[j] = y[i] * _dot_row(indptr, indices, data, i, v)
+    res = np.empty(d)
+    ag = np.empty(d)
+    for _ in range(2):
+        res[:] = t
+        for j in range(nc):
+            i = mlist[cols[j]]
+            _axpy_row(indptr, indices, data, i, -y[i] * out[j], res)
+        ag[:] = 0.0
+        for j in range(nc):
+            i = mlist[cols[j]]
+            gj = y[i] * _dot_row(indptr, indices, data, i, res)  # -(normal residual)
+            _axpy_row(indptr, indices, data, i, y[i] * gj, ag)
+        v = U @ ((U.T @ ag) / (lam * lam))
+        for j in range(nc):
+            i = mlist[cols[j]]
+            out[j] += y[i] * _dot_row(indptr, indices, data, i, v)
+
+
+@njit(cache=True, nogil=True)
+def _direction_dense(X, mlist, m, beta, tau, s_l, d, W, F, btol, rank_rtol):
+    """The direction's box QP in the d-dimensional primal, for a margin set larger
+    than the features can hold apart.
+
+    With A = [y_i x_i]_{i in M} (dense, d x |M|) the QP of :func:`_direction` is the
+    bounded least-squares problem  min ||A a - s_L||  (a = d beta_M / d tau; a_k >= 0
+    where beta_k = 0, a_k <= -y_k s_k where beta_k = ub_k). Its residual, hence
+    dw/dtau = kappa (A a - s_L), is unique even when a is not. The unbounded columns
+    U are projected out (eigenvectors of A_U A_U^T), the bounded ones solved as a non-negative least
+    squares on what remains (Lawson-Hanson), then a_U is the minimum-norm
+    least-squares fit of the rest. No iteration count depends on the conditioning of
+    Q_MM, which is singular as soon as |M| > rank. Returns (ok, steps): ok = False if
+    a multiplier is boxed from both sides (ub = 0: only at tau = 0 or 1), where the
+    caller falls back to the active set; steps = NNLS iterations + 1 when any
+    multiplier sits at a bound (0 otherwise)."""
+    indptr, indices, data, y, sw = X
+    x = W[5]
+    pin = F[1]
+    A = np.zeros((d, m))
+    kind = np.zeros(m, np.int8)  # 0 free, 1 a >= 0, 2 a <= h
+    h = np.zeros(m)
+    nu, nb = 0, 0
+    for k in range(m):
+        i = mlist[k]
+        for q in range(indptr[i], indptr[i + 1]):
+            A[indices[q], k] = y[i] * data[q]
+        at_lo = beta[i] <= btol
+        at_hi = upper_bound(y[i], sw[i], tau) - beta[i] <= btol
+        if at_lo and at_hi:
+            return False, 0
+        if at_lo:
+            kind[k] = 1
+            nb += 1
+        elif at_hi:
+            kind[k] = 2
+            h[k] = -y[i] * sw[i]
+            nb += 1
+        else:
+            nu += 1
+    ucol = np.zeros(nu, np.int64)
+    bcol = np.zeros(nb, np.int64)
+    iu, ib = 0, 0
+    for k in range(m):
+        if kind[k] == 0:
+            ucol[iu] = k
+            iu += 1
+        else:
+            bcol[ib] = k
+            ib += 1
+    # bounded columns as z >= 0: a = z (kind 1) or a = h - z (kind 2)
+    t = s_l.copy()
+    C = np.empty((d, nb))
+    for q in range(nb):
+        k = bcol[q]
+        if kind[k] == 1:
+            C[:, q] = A[:, k]
+        else:
+            C[:, q] = -A[:, k]
+            t -= h[k] * A[:, k]
+    first, V, lam = d, np.zeros((d, d)), np.zeros(0)
+    if nu > 0:
+        first, V, lam = _row_space(X, mlist, ucol, nu, d, rank_rtol)
+    z = np.zeros(nb)
+    it = 0
+    if nb > 0:
+        if nu > 0:
+            # in coordinates of the orthogonal complement of range(A_U): d - r rows
+            Vp = np.ascontiguousarray(V[:, :first])
+            Cp = Vp.T @ C
+            tp = Vp.T @ t
+        else:
+            Cp = C
+            tp = t
+        scale = 0.0
+        for q in range(nb):
+            scale = max(scale, np.sqrt(np.sum(C[:, q] ** 2)))
+        tol = 1e-12 * max(scale, 1.0) * max(np.sqrt(np.sum(t**2)), 1e-300)
+        z, it = nnls(Cp, tp, tol, 10 * nb + 50)
+    # the unbounded multipliers: the minimum-norm fit of what the bounded ones leave
+    rest = t - C @ z
+    if nu > 0:
+        au = np.empty(nu)
+        _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
+        for q in range(nu):
+            x[ucol[q]] = au[q]
+    for q in range(nb):
+        k = bcol[q]
+        x[k] = z[q] if kind[k] == 1 else h[k] - z[q]
+    for k in range(m):
+        pin[k] = 0
+    for q in range(nb):
+        if z[q] == 0.0:
+            pin[bcol[q]] = kind[bcol[q]]
+    return True, (it + 1 if nb > 0 else 0)
+
+
+@njit(cache=True, nogil=True)
+def _gram(X, mlist, m, s_l, tmp, G, b):
+    """G = Q_MM (dense, from the sparse rows: m^2 nnz / 2 flops) and b = y_M (X_M s_L);
+    tmp is a zeroed d-vector, left zeroed."""
+    indptr, indices, data, y, sw = X
+    for j in range(m):
+        i = mlist[j]
+        for q in range(indptr[i], indptr[i + 1]):
+            tmp[indices[q]] = data[q]
+        for k in range(j, m):
+            v = y[i] * y[mlist[k]] * _dot_row(indptr, indices, data, mlist[k], tmp)
+            G[j, k] = v
+            G[k, j] = v
+        for q in range(indptr[i], indptr[i + 1]):
+            tmp[indices[q]] = 0.0
+        b[j] = y[i] * _dot_row(indptr, indices, data, i, s_l)
+
+
+@njit(cache=True, nogil=True)
+def _chol_solve(G, idx, nf, rhs, out, L, rel_pivot):
+    """Solve G[idx, idx] out = rhs (first nf entries) by Cholesky into the work matrix
+    L; False if a pivot falls below rel_pivot times its diagonal (singular)."""
+    for j in range(nf):
+        gj = idx[j]
+        diag = G[gj, gj]
+        v = diag
+        for k in range(j):
+            v -= L[j, k] * L[j, k]
+        if not v > rel_pivot * diag:
+            return False
+        L[j, j] = np.sqrt(v)
+        for r in range(j + 1, nf):
+            v = G[idx[r], gj]
+            for k in range(j):
+                v -= L[r, k] * L[j, k]
+            L[r, j] = v / L[j, j]
+    for j in range(nf):
+        v = rhs[j]
+        for k in range(j):
+            v -= L[j, k] * out[k]
+        out[j] = v / L[j, j]
+    for j in range(nf - 1, -1, -1):
+        v = out[j]
+        for k in range(j + 1, nf):
+            v -= L[k, j] * out[k]
+        out[j] = v / L[j, j]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
+    """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
+    (kind 0), for a positive definite G: a primal active set (Lawson-Hanson's, with
+    two kinds of bound) whose every step is a Cholesky solve on the free part. The
+    bounded variables start pinned at their bound; the most violated pinned one is
+    released, and a released one that would cross its bound is stepped back to it and
+    pinned again. Returns (ok, steps); ok = False if G is numerically singular on a
+    free part (the caller then solves in the primal)."""
+    free = np.empty(m, np.int64)
+    rhs = np.empty(m)
+    sol = np.empty(m)
+    L = np.empty((m, m))
+    for k in range(m):
+        pin[k] = kind[k]
+        x[k] = 0.0 if kind[k] != 2 else h[k]
+    scale = 0.0
+    for k in range(m):
+        scale = max(scale, abs(b[k]))
+    gtol = 1e-12 * max(scale, 1e-300)
+    steps = 0
+    while steps <= 3 * m + 20:
+        nf = 0
+        for k in range(m):
+            if pin[k] == 0:
+                free[nf] = k
+                nf += 1
+        for j in range(nf):
+            v = b[free[j]]
+            for k in range(m):
+                if pin[k] != 0:
+                    v -= G[free[j], k] * x[k]
+            rhs[j] = v
+        if nf > 0 and not _chol_solve(G, free, nf, rhs, sol, L, rel_pivot):
+            return False, steps
+        step, jmin = 1.0, -1
+        for j in range(nf):
+            k = free[j]
+            if kind[k] == 1 and sol[j] < 0.0:
+                a = x[k] / (x[k] - sol[j])
+            elif kind[k] == 2 and sol[j] > h[k]:
+                a = (h[k] - x[k]) / (sol[j] - x[k])
+            else:
+                continue
+            if a < step:
+                step, jmin = a, j
+        for j in range(nf):
+            k = free[j]
+            x[k] += step * (sol[j] - x[k])
+        if jmin >= 0:
+            k = free[jmin]
+            pin[k] = kind[k]
+            x[k] = 0.0 if kind[k] == 1 else h[k]
+            steps += 1
+            continue
+        # optimal on the free part: release the pinned bound pulling hardest inside
+        worst, kw = gtol, -1
+        for k in range(m):
+            if pin[k] != 0:
+                gk = -b[k]
+                for j in range(m):
+                    gk += G[k, j] * x[j]
+                v = -gk if pin[k] == 1 else gk
+                if v > worst:
+                    worst, kw = v, k
+        if kw < 0:
+            for k in range(m):
+                if kind[k] != 0:  # bounds were in play: the caller checks the pins
+                    return True, steps + 1
+            return True, steps
+        pin[kw] = 0
+        steps += 1
+    return False, steps
+
+
+@njit(cache=True, nogil=True)
+def _direction(
+    X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
+    gram_max_m,
+):  # fmt: skip
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
     Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's step).
@@ -297,10 +647,44 @@ def _direction(X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, bto
     directional QP  min 1/2 dbeta^T Q_MM dbeta - rhs^T dbeta  with dbeta >= 0 where
     beta = 0 and dbeta <= -y where beta = ub, by an active set over those bounds (each
     step a CG solve on the free part): the paper's zero-length pivots done inside one
-    direction, so ties cannot cycle. Returns (CG iterations, active-set steps)."""
+    direction, so ties cannot cycle.
+
+    With few features (d <= dense_max_d) the same QP is solved exactly with dense
+    linear algebra instead, where CG to a 1e-11 residual costs many sweeps and, once
+    |M| exceeds the rank, runs on a singular Q_MM: for |M| <= min(d, gram_max_m) by a
+    primal active set over Cholesky factorisations of the Gram matrix Q_MM
+    (:func:`_box_qp_chol`), and when that is singular or |M| is larger, in the
+    d-dimensional primal (:func:`_direction_dense`). Returns (CG iterations,
+    active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal."""
     indptr, indices, data, y, sw = X
-    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
+    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi, crate = W
     fl, pin, rhs, xf = F
+    d = len(u)
+    if d <= dense_max_d and m > 0:
+        solved, steps, route = False, 0, 1
+        for k in range(m):
+            i = mlist[k]
+            kind[k] = 0
+            if beta[i] <= btol:
+                kind[k] = 1
+            elif upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
+                kind[k] = 2
+            lo[k] = -y[i] * sw[i]
+        if m <= d and m <= gram_max_m:
+            G = np.empty((m, m))
+            _gram(X, mlist, m, s_l, tmp, G, b)
+            solved, steps = _box_qp_chol(G, b, m, kind, lo, x, pin, 1e-10)
+        if not solved:
+            route = 2
+            solved, steps = _direction_dense(
+                X, mlist, m, beta, tau, s_l, d, W, F, btol, 1e-11
+            )
+        if solved:
+            u[:] = 0.0
+            for k in range(m):
+                i = mlist[k]
+                _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
+            return 0, steps, route
     cgmax = int(cg_factor * m) + 50
     for k in range(m):
         i = mlist[k]
@@ -372,7 +756,7 @@ def _direction(X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, bto
     for k in range(m):
         i = mlist[k]
         _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
-    return it, steps
+    return it, steps, 0
 
 
 @njit(cache=True, nogil=True)
@@ -384,24 +768,29 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
          dbeta[n] (last direction, per index), tau_left[n] (tau at which an index last
          left M), scal[4] = (tau, |M|, zero steps at this tau, tau of the last plateau check), sqn[n]).
     W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
-         kind int8[n] (where an M index goes at its event), lo[n], hi[n]).
+         kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
+         (the rate of the quantity that reaches its limit at cand)).
     F = (free list int64[n], pinned int8[n], rhs[n], x_free[n]): active-set work.
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
          cidx int64[C], cto int8[C], cnt int64[10], diag[4]) with cnt = (kinks, b_used,
          c_used, CG iterations, recoveries, zero steps, refreshes, degenerate
-         directions, active-set steps, -) and diag = (largest KKT drift on M, -, -, -).
+         directions, active-set steps, directions solved in the primal) and
+         diag = (largest KKT drift on M, -, -, -).
     tols = (event tie tolerance in tau, CG relative tolerance, drift threshold on g_M,
-            rate tolerance, refresh period in kinks, CG max iterations per |M|).
+            rate tolerance, refresh period in kinks, CG max iterations per |M|, the
+            largest d for dense directions (0: always CG), the largest |M| for the
+            Gram route).
     """
     indptr, indices, data, y, sw = X
     state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
-    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi = W
+    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi, crate = W
     pinned = F[1]
     kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
-    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor = tols
+    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor, dense_d, dense_m = tols
     refresh_every = int(refresh_f)
     btol = 1e-9
     gtol = 100.0 * drift_tol  # gradients this close to 0 are ties
+    vtol = 0.1 * drift_tol  # how far a tie may move a value when it is snapped
     n = len(y)
     d = len(w)
     new_kinks = 0
@@ -420,12 +809,15 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         ):
             return BUFFER_FULL
         # 1. the direction on M
-        it, steps = _direction(
-            X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol
-        )
+        it, steps, route = _direction(
+            X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
+            int(dense_d), int(dense_m),
+        )  # fmt: skip
         degenerate = steps > 0
         cnt[3] += it
         cnt[8] += steps
+        if route == 2:
+            cnt[9] += 1
         if degenerate:
             cnt[7] += 1
         # 2. u = dw/dtau = kappa (X_M^T (y dbeta) - s_L)
@@ -437,27 +829,31 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         for j in range(d):
             un = max(un, abs(u[j]))
             sn = max(sn, kappa * abs(s_l[j]))
-        if un <= 1e-6 * sn and scal[3] != tau and (degenerate or m > d):
+        if un <= 1e-6 * sn and scal[3] != tau and m > d:
             scal[3] = tau
             return PLATEAU
         # 3. events: N -> M from the gradients, M -> L / R from the boxes; after a
         # degenerate direction, margin examples whose gradient moves off 0 leave now
         step = 1.0 - tau
         dmax = 0.0
+        rarg = 0.0
         for i in range(n):
             if state[i] != M_SET or degenerate:
                 dg[i] = y[i] * _dot_row(indptr, indices, data, i, u)
                 dmax = max(dmax, abs(dg[i]))
-        dtol = rate_tol * max(1.0, dmax)
+        dtol = rate_tol + 1e-13 * dmax  # rounding in dg grows with |dw/dtau|
         for i in range(n):
             c = np.inf
             s = state[i]
+            cr = 0.0  # how fast the quantity that hits its limit moves
             if s == L_SET:
                 if dg[i] > dtol:
                     c = 0.0 if g[i] > -gtol else -g[i] / dg[i]
+                    cr = dg[i]
             elif s == R_SET:
                 if dg[i] < -dtol:
                     c = 0.0 if g[i] < gtol else g[i] / -dg[i]
+                    cr = -dg[i]
             else:
                 db = dbeta[i]
                 ub = upper_bound(y[i], sw[i], tau)
@@ -465,24 +861,34 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
                 kind[i] = L_SET
                 if rate > rate_tol:
                     c = max(ub - beta[i], 0.0) / rate
+                    cr = rate
                 if db < -rate_tol:
                     c0 = max(beta[i], 0.0) / -db
                     if c0 < c:
                         c = c0
+                        cr = -db
                         kind[i] = R_SET
                 pk = pinned[mpos[i]]
-                if pk != 0 and abs(dg[i]) > dtol:
+                if (pk == 1 and dg[i] > dtol) or (pk == 2 and dg[i] < -dtol):
                     # held at its bound by the active set and its gradient moves
-                    # off zero: it leaves M now
+                    # off zero to the side of that bound: it leaves M now (a
+                    # gradient moving the other way is the QP's rounding: it stays)
                     c = 0.0
+                    cr = 0.0
                     kind[i] = R_SET if pk == 1 else L_SET
             if s != M_SET and c <= eps_tie and tau_left[i] == tau:
-                c = np.inf  # left M at this very tau: no zero-length re-entry
+                # left M at this very tau: no zero-length re-entry
+                c = np.inf
             cand[i] = c
+            crate[i] = cr
             if c < step:
                 step = c
-        # 4. advance (a step within the tie tolerance is a zero step)
-        if step <= eps_tie:
+                rarg = cr
+        # 4. advance. A step within the tie tolerance in tau is a zero step only if
+        # nothing would move by more than vtol over it: a degenerate direction can
+        # have multipliers changing at rates of 1e4 and more, where snapping a 1e-11
+        # step to zero leaves their values 1e-7 off (KKT drift)
+        if step <= eps_tie and step * rarg <= vtol:
             step = 0.0
         new_tau = tau + step
         if new_tau >= 1.0:
@@ -515,7 +921,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         if new_tau < 1.0:
             lim = step + eps_tie
             for i in range(n):
-                if cand[i] > lim:
+                if cand[i] > lim or (cand[i] - step) * crate[i] > vtol:
                     continue
                 s = state[i]
                 if s == M_SET:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
     check_is_fitted,
@@ -34,6 +34,11 @@ from bigrate._validation import binary_classes
 from bigrate.errors import BigrateWarning
 from bigrate.path import _quantile_kernels as K
 from bigrate.progress import Progress
+
+# direction="auto" solves densely up to this many design columns (a d x d eigenproblem
+# per primal direction), and by Cholesky on the Gram matrix up to this |M|
+DENSE_MAX_D = 1024
+GRAM_MAX_M = 128
 
 _ARRAYS = (
     "kinks_", "_kink_bptr", "_bstore", "_kink_cptr", "_cidx", "_cto", "_ck_kink",
@@ -71,6 +76,15 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
     refresh_every : int, default 10
     max_kinks : int, default 5_000_000
         Guard on the path length: a clear error rather than an endless fit.
+    direction : {"auto", "dense", "cg"}, default "auto"
+        How each segment's direction d alpha_M / d tau is solved. "cg": the paper's
+        conjugate gradients on Q_MM (Q never formed), with an active set over the
+        multipliers sitting at a bound. "dense": exact dense solves, Cholesky on the
+        Gram matrix Q_MM while |M| is small, and once |M| exceeds the rank (many
+        rows tied on the margin, as on one-hot data) a bounded least-squares problem
+        in the d-dimensional primal, where dw/dtau is unique even when alpha_M's
+        direction is not; it costs a d x d eigenproblem per such segment. "auto":
+        "dense" up to 1,024 design columns, "cg" above.
     progress : bool, default False
         Show progress (tau reached, kinks) on stderr.
 
@@ -81,7 +95,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
     n_kinks_ : int
     diagnostics_ : dict
         Initial-solve epochs and violation, CG iterations, zero-length steps, refreshes,
-        recoveries, the largest KKT drift seen and path time.
+        recoveries, the largest KKT drift seen, directions solved in the primal
+        (``direction="dense"`` with |M| above the rank) and path time.
     coef_, intercept_ : the classifier at ``tau``.
 
     Examples
@@ -107,6 +122,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         "drift_tol": [Interval(Real, 0, None, closed="neither")],
         "refresh_every": [Interval(Integral, 1, None, closed="left")],
         "max_kinks": [Interval(Integral, 1, None, closed="left")],
+        "direction": [StrOptions({"auto", "dense", "cg"})],
         "progress": ["boolean"],
     }
 
@@ -121,6 +137,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         drift_tol=1e-11,
         refresh_every=10,
         max_kinks=5_000_000,
+        direction="auto",
         progress=False,
     ):
         self.alpha = alpha
@@ -131,6 +148,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         self.drift_tol = drift_tol
         self.refresh_every = refresh_every
         self.max_kinks = max_kinks
+        self.direction = direction
         self.progress = progress
 
     # ------------------------------------------------------------------ fit
@@ -184,6 +202,9 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             )
         n, d = Xu.shape
         kappa = 2.0 / (n_rows * self.alpha)
+        dense = self.direction == "dense" or (
+            self.direction == "auto" and d <= DENSE_MAX_D
+        )
         Xt = (
             Xu.indptr.astype(np.int64),
             Xu.indices.astype(np.int64),
@@ -232,7 +253,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         S += (sqn,)
         W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
         W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
-        W += (np.zeros(n, np.int8), lo, hi)
+        W += (np.zeros(n, np.int8), lo, hi, np.zeros(n))
         F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
         cap_k = 1024
         bufs = {
@@ -261,6 +282,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             1e-10,
             float(self.refresh_every),
             10.0,
+            float(d if dense else 0),
+            float(GRAM_MAX_M),
         )
         bar = Progress("quantile path (tau x 1000)", total=1000, enabled=self.progress)
         shown = 0
@@ -336,6 +359,7 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
             "refreshes": int(cnt[6]),
             "degenerate_directions": int(cnt[7]),
             "active_set_steps": int(cnt[8]),
+            "primal_directions": int(cnt[9]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
             "kink_storage_floats": int(cnt[1]),

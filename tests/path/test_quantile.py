@@ -116,6 +116,82 @@ def test_plateaus_of_a_low_dimensional_set_are_crossed_exactly():
     assert QuantilePathSVC(alpha=1e-2).fit(X, y).diagnostics_["plateaus_crossed"] > 0
 
 
+def _one_hot(n=300, levels=(3, 4, 3, 5, 2, 4), seed=0):
+    """Categorical data one-hot encoded (like a9a): many rows share a score, so the
+    margin set grows past the rank d and the dual direction is not unique."""
+    rng = np.random.default_rng(seed)
+    cols, score = [], np.zeros(n)
+    for k in levels:
+        c = rng.integers(0, k, n)
+        cols.append(np.eye(k)[c])
+        score += rng.standard_normal(k)[c]
+    y = np.where(score + 0.8 * rng.standard_normal(n) > 0, 1, -1)
+    return np.hstack(cols), y
+
+
+def test_dense_and_cg_directions_give_the_same_certified_path():
+    """On tie-heavy one-hot data the dense route solves directions in the primal
+    (|M| above the rank) and both routes' solutions are certified optimal by a zero
+    duality gap at random tau; w(tau) is unique, so the two paths give the same
+    classifier even though their dual paths (and kinks) differ."""
+    X, y = _one_hot()
+    lam = 1e-3
+    dense = QuantilePathSVC(alpha=lam, direction="dense").fit(X, y)
+    cg = QuantilePathSVC(alpha=lam, direction="cg").fit(X, y)
+    assert dense.diagnostics_["primal_directions"] > 0
+    assert cg.diagnostics_["primal_directions"] == 0
+    assert dense.path_summary()["n_margin"].max() > X.shape[1] + 1  # |M| > rank
+    for tau in np.random.default_rng(1).uniform(0, 1, 20):
+        for path in (dense, cg):
+            gap, scale, box, link = _duality_gap(path, X, y, tau, lam)
+            assert abs(gap) <= 1e-9 * max(scale, 1.0), (path.direction, tau, gap)
+            assert box <= 1e-12 and link <= 1e-9, (path.direction, tau, box, link)
+        wd = np.r_[dense.coef_at(tau)[0], dense.coef_at(tau)[1]]
+        wc = np.r_[cg.coef_at(tau)[0], cg.coef_at(tau)[1]]
+        assert np.abs(wd - wc).max() <= 1e-7 * max(1.0, np.abs(wc).max()), tau
+
+
+def test_nnls_and_box_qp_kernels_match_reference_solvers():
+    """The direction's two dense solvers against scipy: Lawson-Hanson NNLS against
+    scipy.optimize.nnls, the Cholesky active set against L-BFGS-B on random boxed
+    QPs (free, lower-bounded and upper-bounded variables mixed)."""
+    from scipy.optimize import nnls as scipy_nnls
+
+    from bigrate.path import _quantile_kernels as K
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        d, p = int(rng.integers(2, 12)), int(rng.integers(1, 20))
+        C = rng.standard_normal((d, p))
+        t = rng.standard_normal(d)
+        z, _ = K.nnls(C, t, 1e-12, 10 * p + 50)
+        ref, _ = scipy_nnls(C, t)
+        assert (z >= 0).all()
+        assert np.linalg.norm(C @ z - t) <= np.linalg.norm(C @ ref - t) + 1e-10
+    for _ in range(100):
+        m = int(rng.integers(1, 25))
+        A = rng.standard_normal((m + int(rng.integers(0, 10)), m))
+        G, b = A.T @ A, rng.standard_normal(m)
+        kind = rng.integers(0, 3, m).astype(np.int8)
+        h = rng.uniform(-1.0, 1.0, m)
+        x, pin = np.zeros(m), np.zeros(m, np.int8)
+        ok, _ = K._box_qp_chol(G, b, m, kind, h, x, pin, 1e-10)
+        assert ok
+        lo = np.where(kind == 1, 0.0, -np.inf)
+        hi = np.where(kind == 2, h, np.inf)
+        assert (x >= lo - 1e-12).all() and (x <= hi + 1e-12).all()
+        r = minimize(
+            lambda a, G=G, b=b: (0.5 * a @ G @ a - b @ a, G @ a - b),
+            np.clip(np.zeros(m), lo, hi),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=list(zip(lo, hi)),
+            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000},
+        )
+        f = 0.5 * x @ G @ x - b @ x
+        assert f <= r.fun + 1e-8 * max(1.0, abs(r.fun))
+
+
 def test_path_is_continuous_at_kinks(fitted):
     _, _, path = fitted
     for k in range(1, min(len(path.kinks_) - 1, 40)):
@@ -212,7 +288,12 @@ def test_plot_writes_png(tmp_path, fitted):
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"alpha": 0.0}, "alpha"), ({"alpha": -1.0}, "alpha"), ({"tau": 1.5}, "tau")],
+    [
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": -1.0}, "alpha"),
+        ({"tau": 1.5}, "tau"),
+        ({"direction": "lu"}, "direction"),
+    ],
 )
 def test_bad_parameters(kwargs, match):
     X, y = _data(n=20)
