@@ -414,45 +414,29 @@ def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
 
 
 @njit(cache=True, nogil=True)
-def _direction_dense(X, mlist, m, beta, tau, s_l, d, W, F, btol, rank_rtol):
+def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol):
     """The direction's box QP in the d-dimensional primal, for a margin set larger
     than the features can hold apart.
 
-    With A = [y_i x_i]_{i in M} (dense, d x |M|) the QP of :func:`_direction` is the
-    bounded least-squares problem  min ||A a - s_L||  (a = d beta_M / d tau; a_k >= 0
-    where beta_k = 0, a_k <= -y_k s_k where beta_k = ub_k). Its residual, hence
-    dw/dtau = kappa (A a - s_L), is unique even when a is not. The unbounded columns
-    U are projected out (eigenvectors of A_U A_U^T), the bounded ones solved as a non-negative least
-    squares on what remains (Lawson-Hanson), then a_U is the minimum-norm
-    least-squares fit of the rest. No iteration count depends on the conditioning of
-    Q_MM, which is singular as soon as |M| > rank. Returns (ok, steps): ok = False if
-    a multiplier is boxed from both sides (ub = 0: only at tau = 0 or 1), where the
-    caller falls back to the active set; steps = NNLS iterations + 1 when any
-    multiplier sits at a bound (0 otherwise)."""
+    With A = [y_i x_i]_{i in M} (d x |M|) the QP of :func:`_direction` is the bounded
+    least-squares problem  min ||A a - s_L||  (a = d beta_M / d tau; a_k >= 0 where
+    kind_k = 1, beta_k = 0; a_k <= h_k = -y_k s_k where kind_k = 2, beta_k = ub_k).
+    Its residual, hence dw/dtau = kappa (A a - s_L), is unique even when a is not.
+    The unbounded columns U are projected out (eigenvectors of A_U A_U^T), the
+    bounded ones solved as a non-negative least squares on what remains
+    (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
+    iteration count depends on the conditioning of Q_MM, which is singular as soon
+    as |M| > rank. Returns the active-set steps: NNLS iterations + 1 when any
+    multiplier sits at a bound, 0 otherwise."""
     indptr, indices, data, y, sw = X
     x = W[5]
     pin = F[1]
-    A = np.zeros((d, m))
-    kind = np.zeros(m, np.int8)  # 0 free, 1 a >= 0, 2 a <= h
-    h = np.zeros(m)
     nu, nb = 0, 0
     for k in range(m):
-        i = mlist[k]
-        for q in range(indptr[i], indptr[i + 1]):
-            A[indices[q], k] = y[i] * data[q]
-        at_lo = beta[i] <= btol
-        at_hi = upper_bound(y[i], sw[i], tau) - beta[i] <= btol
-        if at_lo and at_hi:
-            return False, 0
-        if at_lo:
-            kind[k] = 1
-            nb += 1
-        elif at_hi:
-            kind[k] = 2
-            h[k] = -y[i] * sw[i]
-            nb += 1
-        else:
+        if kind[k] == 0:
             nu += 1
+        else:
+            nb += 1
     ucol = np.zeros(nu, np.int64)
     bcol = np.zeros(nb, np.int64)
     iu, ib = 0, 0
@@ -463,16 +447,17 @@ def _direction_dense(X, mlist, m, beta, tau, s_l, d, W, F, btol, rank_rtol):
         else:
             bcol[ib] = k
             ib += 1
-    # bounded columns as z >= 0: a = z (kind 1) or a = h - z (kind 2)
+    # bounded columns as z >= 0: a = z (kind 1, column y x) or a = h - z (kind 2,
+    # column -y x, and h y x moves to the target)
     t = s_l.copy()
-    C = np.empty((d, nb))
+    C = np.zeros((d, nb))
     for q in range(nb):
-        k = bcol[q]
-        if kind[k] == 1:
-            C[:, q] = A[:, k]
-        else:
-            C[:, q] = -A[:, k]
-            t -= h[k] * A[:, k]
+        i = mlist[bcol[q]]
+        sgn = y[i] if kind[bcol[q]] == 1 else -y[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            C[indices[p], q] = sgn * data[p]
+        if kind[bcol[q]] == 2:
+            _axpy_row(indptr, indices, data, i, sw[i], t)  # t -= h y x, h = -y sw
     first, V, lam = d, np.zeros((d, d)), np.zeros(0)
     if nu > 0:
         first, V, lam = _row_space(X, mlist, ucol, nu, d, rank_rtol)
@@ -501,13 +486,14 @@ def _direction_dense(X, mlist, m, beta, tau, s_l, d, W, F, btol, rank_rtol):
             x[ucol[q]] = au[q]
     for q in range(nb):
         k = bcol[q]
-        x[k] = z[q] if kind[k] == 1 else h[k] - z[q]
+        i = mlist[k]
+        x[k] = z[q] if kind[k] == 1 else -y[i] * sw[i] - z[q]
     for k in range(m):
         pin[k] = 0
     for q in range(nb):
         if z[q] == 0.0:
             pin[bcol[q]] = kind[bcol[q]]
-    return True, (it + 1 if nb > 0 else 0)
+    return it + 1 if nb > 0 else 0
 
 
 @njit(cache=True, nogil=True)
@@ -635,67 +621,25 @@ def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
 
 
 @njit(cache=True, nogil=True)
-def _direction(
-    X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
-    gram_max_m,
-):  # fmt: skip
-    """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
-
-    Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's step).
-    If that sends a multiplier sitting at a bound out of its box (a degenerate vertex:
-    an index that just joined M, ties, |M| above the rank), the direction solves the
-    directional QP  min 1/2 dbeta^T Q_MM dbeta - rhs^T dbeta  with dbeta >= 0 where
-    beta = 0 and dbeta <= -y where beta = ub, by an active set over those bounds (each
-    step a CG solve on the free part): the paper's zero-length pivots done inside one
-    direction, so ties cannot cycle.
-
-    With few features (d <= dense_max_d) the same QP is solved exactly with dense
-    linear algebra instead, where CG to a 1e-11 residual costs many sweeps and, once
-    |M| exceeds the rank, runs on a singular Q_MM: for |M| <= min(d, gram_max_m) by a
-    primal active set over Cholesky factorisations of the Gram matrix Q_MM
-    (:func:`_box_qp_chol`), and when that is singular or |M| is larger, in the
-    d-dimensional primal (:func:`_direction_dense`). Returns (CG iterations,
-    active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal."""
+def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
+    """Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's
+    step). If that sends a multiplier sitting at a bound out of its box (a degenerate
+    vertex: an index that just joined M, ties, |M| above the rank), the direction
+    solves the directional QP  min 1/2 dbeta^T Q_MM dbeta - rhs^T dbeta  with
+    dbeta >= 0 where beta = 0 and dbeta <= -y where beta = ub, by an active set over
+    those bounds (each step a CG solve on the free part): the paper's zero-length
+    pivots done inside one direction, so ties cannot cycle. Returns (CG iterations,
+    active-set steps)."""
     indptr, indices, data, y, sw = X
-    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi, crate = W
+    tmp, r, p, q, b, x, u, dg, cand, sortbuf, _, lo, hi, crate = W
     fl, pin, rhs, xf = F
-    d = len(u)
-    if d <= dense_max_d and m > 0:
-        solved, steps, route = False, 0, 1
-        for k in range(m):
-            i = mlist[k]
-            kind[k] = 0
-            if beta[i] <= btol:
-                kind[k] = 1
-            elif upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
-                kind[k] = 2
-            lo[k] = -y[i] * sw[i]
-        if m <= d and m <= gram_max_m:
-            G = np.empty((m, m))
-            _gram(X, mlist, m, s_l, tmp, G, b)
-            solved, steps = _box_qp_chol(G, b, m, kind, lo, x, pin, 1e-10)
-        if not solved:
-            route = 2
-            solved, steps = _direction_dense(
-                X, mlist, m, beta, tau, s_l, d, W, F, btol, 1e-11
-            )
-        if solved:
-            u[:] = 0.0
-            for k in range(m):
-                i = mlist[k]
-                _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
-            return 0, steps, route
     cgmax = int(cg_factor * m) + 50
     for k in range(m):
         i = mlist[k]
         b[k] = y[i] * _dot_row(indptr, indices, data, i, s_l)
         x[k] = dbeta[i]
-        lo[k] = -np.inf
-        hi[k] = np.inf
-        if beta[i] <= btol:
-            lo[k] = 0.0
-        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
-            hi[k] = -y[i] * sw[i]
+        lo[k] = 0.0 if kind[k] & 1 else -np.inf
+        hi[k] = -y[i] * sw[i] if kind[k] & 2 else np.inf
         pin[k] = 0
     it = 0
     if m > 0:
@@ -752,11 +696,65 @@ def _direction(
             it += it2
         for j in range(nf):
             x[sortbuf[j]] = xf[j]
+    return it, steps
+
+
+@njit(cache=True, nogil=True)
+def _direction(
+    X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
+    gram_max_m,
+):  # fmt: skip
+    """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
+
+    The direction is a boxed QP: multipliers sitting at a bound may only move
+    inwards. With many features it is solved by conjugate gradients inside an
+    active set (:func:`_direction_cg`, the paper's step). With few (d <=
+    dense_max_d) it is solved exactly with dense linear algebra, where CG to a 1e-11
+    residual costs many sweeps and, once |M| exceeds the rank, runs on a singular
+    Q_MM: for |M| <= min(d, gram_max_m) by a primal active set over Cholesky
+    factorisations of the Gram matrix Q_MM (:func:`_box_qp_chol`), and when that is
+    singular or |M| is larger, in the d-dimensional primal
+    (:func:`_direction_dense`). A multiplier boxed from both sides (ub = 0, only at
+    tau = 0 or 1) takes the CG route, which keeps both bounds. Returns (CG
+    iterations, active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal."""
+    indptr, indices, data, y, sw = X
+    tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
+    pin = F[1]
+    d = len(u)
+    # kind: 0 inside its box, 1 at 0 (may only grow), 2 at ub (may only follow
+    # ub's rate -y s), 3 both (ub = 0)
+    two_sided = False
+    for k in range(m):
+        i = mlist[k]
+        kind[k] = 0
+        if beta[i] <= btol:
+            kind[k] |= 1
+        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
+            kind[k] |= 2
+        two_sided = two_sided or kind[k] == 3
+    it, steps, route = 0, 0, 0
+    if d <= dense_max_d and m > 0 and not two_sided:
+        route = 1
+        solved = False
+        if m <= d and m <= gram_max_m:
+            G = np.empty((m, m))
+            h = np.empty(m)
+            for k in range(m):
+                h[k] = -y[mlist[k]] * sw[mlist[k]]
+            _gram(X, mlist, m, s_l, tmp, G, b)
+            solved, steps = _box_qp_chol(G, b, m, kind, h, x, pin, 1e-10)
+        if not solved:
+            route = 2
+            steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11)
+    else:
+        it, steps = _direction_cg(
+            X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor
+        )
     u[:] = 0.0
     for k in range(m):
         i = mlist[k]
         _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
-    return it, steps, 0
+    return it, steps, route
 
 
 @njit(cache=True, nogil=True)
@@ -786,7 +784,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
     tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi, crate = W
     pinned = F[1]
     kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
-    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor, dense_d, dense_m = tols
+    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor, dense_d, gram_m = tols
     refresh_every = int(refresh_f)
     btol = 1e-9
     gtol = 100.0 * drift_tol  # gradients this close to 0 are ties
@@ -811,7 +809,7 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
         # 1. the direction on M
         it, steps, route = _direction(
             X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-            int(dense_d), int(dense_m),
+            int(dense_d), int(gram_m),
         )  # fmt: skip
         degenerate = steps > 0
         cnt[3] += it
