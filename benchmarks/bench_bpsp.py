@@ -145,6 +145,7 @@ def main():
                                      for f in per),
                 "unresolved_area": sum(f["unresolved_area"] for per in d.values()
                                        for f in per),
+                "merged_rows": [f["merged_rows"] for f in d["lambda_eta"]],
                 "grid_cv_error": g_err, "grid_seconds": grid_s, "grid_fits": fits,
                 "grid_params": {"C_pos": g_cp, "C_neg": g_cn},
                 "path_cv_error": walk["cv_error"], "path_seconds": path_s,

@@ -244,3 +244,36 @@ def test_duplicated_rows_give_redundant_regions_that_are_skipped(
         # alpha is not unique here, the decision values on the training rows are
         f, f_direct = K @ (a * y) + bprime, K @ (a_direct * y) + b_direct
         assert np.abs(f - f_direct).max() <= 1e-5
+
+
+@pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
+def test_merged_duplicates_give_the_unmerged_problems_decision_values(space):
+    # k copies of a row act as one row with k times its box: the merged problem's
+    # solution is unique where the unmerged one's is not, and its decision values
+    # are those of direct solves on the rows as given
+    from bigrate.model_selection.bpsp import merge_duplicates
+
+    X0, y0 = _data(24, seed=5)
+    X = np.vstack([X0, X0[:8], X0[2:5]])
+    y = np.r_[y0, y0[:8], y0[2:5]]
+    Xm, ym, w = merge_duplicates(X, y)
+    assert len(ym) == 24 and w.sum() == len(y)
+    assert np.array_equal(Xm, X0) and list(w[:8]) == [2, 2, 3, 3, 3, 2, 2, 2]
+    merged = Partitioner(Xm, ym, gamma=0.5, lambda_min=0.05, space=space, weight=w)
+    regions = merged.run()
+    assert merged.diag.singular_systems == 0
+    area = merged.space.domain(merged.lambda_min).area
+    assert sum(r.polygon.area for r in regions) == pytest.approx(area, abs=1e-6)
+    full = Partitioner(X, y, gamma=0.5, space=space, solve_tol=1e-9)
+    Kv = cross_kernel(X0, Xm, "rbf", 0.5, 0.0, 3)
+    Kf = cross_kernel(X0, X, "rbf", 0.5, 0.0, 3)
+    for p1, p2 in _points(merged, np.random.default_rng(7), 20):
+        (r,) = [r for r in regions if r.polygon.contains(Point(p1, p2))]
+        x = np.array([1.0, p1, p2])
+        a, bprime = r.affine.alpha @ x, r.affine.bprime @ x
+        assert (a >= -1e-9).all() and (a <= merged.box @ x + 1e-9).all()
+        a_direct, b_direct = full.solve_at(p1, p2)
+        f, f_direct = Kv @ (a * ym) + bprime, Kf @ (a_direct * y) + b_direct
+        assert np.abs(f - f_direct).max() <= 1e-5
+    with pytest.raises(ValueError, match="weight must hold one positive"):
+        Partitioner(Xm, ym, weight=w[:-1])
