@@ -442,6 +442,20 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         w = self._w_at(tau)
         return float(0.5 * self.alpha * (w @ w) - alpha.sum())
 
+    def duality_gap_at(self, tau: float) -> float:
+        """(P(w) + D(alpha)) / max(|D|, 1) at ``tau``, for the recovered primal w(tau)
+        and dual alpha(tau): P(w) = lambda/2 |w|^2 + sum_i c_i(tau) hinge_i(w) (the
+        intercept regularised, as in the fit). Weak duality makes P + D >= 0 for any w
+        and feasible alpha, with equality only at the optimum, so a gap at rounding
+        level certifies the recovered solution without another solver."""
+        w = self._w_at(tau)
+        y = self._y
+        X = sp.csr_matrix((self._Xd, self._Xi, self._Xp), shape=(len(y), len(w)))
+        cost = np.where(y > 0, 1.0 - tau, tau) * self._sw * 2.0 / len(self._group)
+        primal = 0.5 * self.alpha * (w @ w) + cost @ np.maximum(0.0, 1.0 - y * (X @ w))
+        dual = self.dual_objective_at(tau)
+        return float((primal + dual) / max(abs(dual), 1.0))
+
     def coef_at(self, tau: float):
         """(coef of shape (n_features,), intercept) of the SVM at ``tau``."""
         w = self._w_at(tau)

@@ -110,6 +110,10 @@ def test_plateaus_of_a_low_dimensional_set_are_crossed_exactly():
         gap, scale, box, link = _duality_gap(path, X, y, tau, 1e-3)
         assert abs(gap) <= 1e-9 * max(scale, 1.0), (tau, gap)
         assert box <= 1e-12 and link <= 1e-9, (tau, box, link)
+        # the estimator's own certificate is this gap
+        assert path.duality_gap_at(tau) == pytest.approx(
+            gap / max(scale, 1.0), abs=1e-15
+        )
     # and the fixture's set agrees with the independent L-BFGS-B solve (above) while
     # crossing plateaus too
     X, y = _data()
@@ -144,7 +148,11 @@ def test_dense_and_cg_directions_give_the_same_certified_path():
     for tau in np.random.default_rng(1).uniform(0, 1, 20):
         for path in (dense, cg):
             gap, scale, box, link = _duality_gap(path, X, y, tau, lam)
-            assert abs(gap) <= 1e-9 * max(scale, 1.0), (path.direction, tau, gap)
+            # the certificate on the merged rows (one-hot rows repeat) is the gap on
+            # the rows as given
+            rel = path.duality_gap_at(tau)
+            assert rel == pytest.approx(gap / max(scale, 1.0), abs=1e-15)
+            assert abs(rel) <= 1e-9, (path.direction, tau, rel)
             assert box <= 1e-12 and link <= 1e-9, (path.direction, tau, box, link)
         wd = np.r_[dense.coef_at(tau)[0], dense.coef_at(tau)[1]]
         wc = np.r_[cg.coef_at(tau)[0], cg.coef_at(tau)[1]]
