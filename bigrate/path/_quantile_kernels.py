@@ -497,21 +497,35 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol):
 
 
 @njit(cache=True, nogil=True)
-def _gram(X, mlist, m, s_l, tmp, G, b):
-    """G = Q_MM (dense, from the sparse rows: m^2 nnz / 2 flops) and b = y_M (X_M s_L);
-    tmp is a zeroed d-vector, left zeroed."""
+def _gram(X, mlist, m, s_l, tmp, G, gm, b):
+    """G[:m, :m] = Q_MM (dense, from the sparse rows) and b = y_M (X_M s_L); tmp is a
+    zeroed d-vector, left zeroed. G is kept between calls: gm[k] is the row whose
+    entries position k holds, and only the positions whose row changed since (an
+    event moves one or two rows in or out of M) are recomputed, O(m nnz) each, where
+    rebuilding all of Q_MM costs m^2 nnz / 2. Positions at or past m are marked
+    stale on the way out, so two positions both marked current were always paired."""
     indptr, indices, data, y, sw = X
-    for j in range(m):
-        i = mlist[j]
+    for k in range(m):
+        if gm[k] == mlist[k]:
+            continue
+        i = mlist[k]
         for q in range(indptr[i], indptr[i + 1]):
             tmp[indices[q]] = data[q]
-        for k in range(j, m):
-            v = y[i] * y[mlist[k]] * _dot_row(indptr, indices, data, mlist[k], tmp)
-            G[j, k] = v
-            G[k, j] = v
+        for j in range(m):
+            if j == k or gm[j] == mlist[j]:
+                # stale positions after this one get their entry when recomputed
+                v = y[i] * y[mlist[j]] * _dot_row(indptr, indices, data, mlist[j], tmp)
+                G[k, j] = v
+                G[j, k] = v
         for q in range(indptr[i], indptr[i + 1]):
             tmp[indices[q]] = 0.0
-        b[j] = y[i] * _dot_row(indptr, indices, data, i, s_l)
+        gm[k] = i
+    # positions past M were not paired with the ones just recomputed: stale
+    for k in range(m, len(gm)):
+        gm[k] = -1
+    for k in range(m):
+        i = mlist[k]
+        b[k] = y[i] * _dot_row(indptr, indices, data, i, s_l)
 
 
 @njit(cache=True, nogil=True)
@@ -632,7 +646,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
     active-set steps)."""
     indptr, indices, data, y, sw = X
     tmp, r, p, q, b, x, u, dg, cand, sortbuf, _, lo, hi, crate = W
-    fl, pin, rhs, xf = F
+    fl, pin, rhs, xf = F[0], F[1], F[2], F[3]
     cgmax = int(cg_factor * m) + 50
     for k in range(m):
         i = mlist[k]
@@ -736,13 +750,13 @@ def _direction(
     if d <= dense_max_d and m > 0 and not two_sided:
         route = 1
         solved = False
-        if m <= d and m <= gram_max_m:
-            G = np.empty((m, m))
+        Gc, gm = F[4], F[5]
+        if m <= d and m <= gram_max_m and m <= len(gm):
             h = np.empty(m)
             for k in range(m):
                 h[k] = -y[mlist[k]] * sw[mlist[k]]
-            _gram(X, mlist, m, s_l, tmp, G, b)
-            solved, steps = _box_qp_chol(G, b, m, kind, h, x, pin, 1e-10)
+            _gram(X, mlist, m, s_l, tmp, Gc, gm, b)
+            solved, steps = _box_qp_chol(Gc, b, m, kind, h, x, pin, 1e-10)
         if not solved:
             route = 2
             steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11)
@@ -768,7 +782,9 @@ def dpf_run(X, S, W, F, O, kappa, max_kinks, tols):
     W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
          kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
          (the rate of the quantity that reaches its limit at cand)).
-    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n]): active-set work.
+    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c])
+        active-set work and the Gram matrix of M kept between kinks (gm: the row of
+        each position, -1 at first; see :func:`_gram`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
          cidx int64[C], cto int8[C], cnt int64[10], diag[4]) with cnt = (kinks, b_used,
          c_used, CG iterations, recoveries, zero steps, refreshes, degenerate

@@ -29,6 +29,7 @@ from sklearn.utils.validation import (
     check_is_fitted,
     validate_data,
 )
+from threadpoolctl import threadpool_limits
 
 from bigrate._validation import binary_classes
 from bigrate.errors import BigrateWarning
@@ -255,6 +256,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
         W += (np.zeros(n, np.int8), lo, hi, np.zeros(n))
         F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
+        cap = min(GRAM_MAX_M, d, n)
+        F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
         cap_k = 1024
         bufs = {
             "kink_tau": np.zeros(cap_k),
@@ -287,50 +290,57 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         )
         bar = Progress("quantile path (tau x 1000)", total=1000, enabled=self.progress)
         shown = 0
-        while True:
-            O = (
-                bufs["kink_tau"], bufs["kink_bptr"], bufs["bstore"],
-                bufs["kink_cptr"], bufs["cidx"], bufs["cto"], cnt, diag,
-            )  # fmt: skip
-            chunk = max(1, min(ck_every, self.max_kinks + 1 - int(cnt[0])))
-            status = K.dpf_run(Xt, S, W, F, O, kappa, chunk, tols)
-            now = int(scal[0] * 1000)
-            if now > shown:
-                bar.update(now - shown, extra=f"{cnt[0]} kinks, |M| = {int(scal[1])}")
-                shown = now
-            if status == K.DONE:
-                break
-            if status == K.CHUNK:
-                ck_kink.append(int(cnt[0]) - 1)
-                ck_cpos.append(int(cnt[2]))
-                ck_state.append(state.copy())
-            elif status == K.BUFFER_FULL:
-                _grow(bufs, cnt, n)
-            elif status == K.PLATEAU:
-                _grow(bufs, cnt, n)
-                tau_a = float(scal[0])
-                if _cross_plateau(Xt, S, bufs, cnt, kappa, self.tol, self.tol, LP):
-                    n_plateaus += 1
-                    if scal[0] >= 1.0:
-                        self._plateau_from = tau_a
-                        break
-            elif status == K.STALLED:
-                raise RuntimeError(
-                    f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
-                    f"tau = {scal[0]:.12g} (a degenerate cycle among tied examples); "
-                    "raise tol or add a little noise to duplicated rows"
-                )
-            elif status == K.NOT_FINITE:
-                raise FloatingPointError(
-                    f"QuantilePathSVC: non-finite weights at tau = {scal[0]:.12g}; "
-                    "the margin system is ill-conditioned: raise alpha"
-                )
-            if cnt[0] > self.max_kinks:
-                raise RuntimeError(
-                    f"QuantilePathSVC: the path passed max_kinks = {self.max_kinks} "
-                    f"kinks at tau = {scal[0]:.6g}; raise max_kinks (memory grows "
-                    "with kinks x |M|) or raise alpha"
-                )
+        # the direction's eigenproblems and Cholesky solves are 10^2-sized: one BLAS
+        # thread. With more, OpenBLAS threads spin against any other busy process
+        # (a second worker on the node): a9a 2,000 rows took 7.8 s instead of 3.1 s
+        # with a benchmark running on the other core
+        with threadpool_limits(limits=1, user_api="blas"):
+            while True:
+                O = (
+                    bufs["kink_tau"], bufs["kink_bptr"], bufs["bstore"],
+                    bufs["kink_cptr"], bufs["cidx"], bufs["cto"], cnt, diag,
+                )  # fmt: skip
+                chunk = max(1, min(ck_every, self.max_kinks + 1 - int(cnt[0])))
+                status = K.dpf_run(Xt, S, W, F, O, kappa, chunk, tols)
+                now = int(scal[0] * 1000)
+                if now > shown:
+                    bar.update(
+                        now - shown, extra=f"{cnt[0]} kinks, |M| = {int(scal[1])}"
+                    )
+                    shown = now
+                if status == K.DONE:
+                    break
+                if status == K.CHUNK:
+                    ck_kink.append(int(cnt[0]) - 1)
+                    ck_cpos.append(int(cnt[2]))
+                    ck_state.append(state.copy())
+                elif status == K.BUFFER_FULL:
+                    _grow(bufs, cnt, n)
+                elif status == K.PLATEAU:
+                    _grow(bufs, cnt, n)
+                    tau_a = float(scal[0])
+                    if _cross_plateau(Xt, S, bufs, cnt, kappa, self.tol, self.tol, LP):
+                        n_plateaus += 1
+                        if scal[0] >= 1.0:
+                            self._plateau_from = tau_a
+                            break
+                elif status == K.STALLED:
+                    raise RuntimeError(
+                        f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
+                        f"tau = {scal[0]:.12g} (a degenerate cycle among tied examples); "
+                        "raise tol or add a little noise to duplicated rows"
+                    )
+                elif status == K.NOT_FINITE:
+                    raise FloatingPointError(
+                        f"QuantilePathSVC: non-finite weights at tau = {scal[0]:.12g}; "
+                        "the margin system is ill-conditioned: raise alpha"
+                    )
+                if cnt[0] > self.max_kinks:
+                    raise RuntimeError(
+                        f"QuantilePathSVC: the path passed max_kinks = {self.max_kinks} "
+                        f"kinks at tau = {scal[0]:.6g}; raise max_kinks (memory grows "
+                        "with kinks x |M|) or raise alpha"
+                    )
         bar.close(extra=f"{cnt[0]} kinks")
         plateau = getattr(self, "_plateau_from", None)
         nk = int(cnt[0])

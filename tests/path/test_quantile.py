@@ -328,3 +328,45 @@ def test_max_kinks_guard_has_a_clear_message():
     X, y = _data(n=120)
     with pytest.raises(RuntimeError, match="max_kinks"):
         QuantilePathSVC(alpha=1e-2, max_kinks=3).fit(X, y)
+
+
+def test_gram_matrix_kept_between_kinks_equals_a_fresh_one():
+    """The Gram matrix Q_MM is kept between kinks and only the positions whose row
+    changed are recomputed: after joins, swap-removals, and M shrinking then growing
+    back with its old rows at their old positions, it equals Q_MM built afresh."""
+    import scipy.sparse as sp
+
+    from bigrate.path import _quantile_kernels as K
+
+    rng = np.random.default_rng(3)
+    X = sp.random(60, 12, density=0.4, random_state=4, format="csr")
+    X.sort_indices()
+    y = np.where(rng.random(60) > 0.5, 1.0, -1.0)
+    Xt = (X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, y,
+          np.ones(60))  # fmt: skip
+    cap = 10
+    G, gm = np.zeros((cap, cap)), np.full(cap, -1, np.int64)
+    tmp, b, s_l = np.zeros(12), np.zeros(cap), rng.standard_normal(12)
+    mlist = list(rng.choice(60, 6, replace=False))
+    for step in range(300):
+        r = rng.random()
+        if r < 0.35 and len(mlist) < cap:  # a row joins at the end
+            mlist.append(int(rng.choice(np.setdiff1d(np.arange(60), mlist))))
+        elif r < 0.7 and len(mlist) > 1:  # a row leaves: the last takes its place
+            k = int(rng.integers(len(mlist)))
+            mlist[k] = mlist[-1]
+            mlist.pop()
+        elif r < 0.8 and len(mlist) > 3:
+            # M shrinks while its first row changes, then the other rows come back
+            # at their old positions (their entries against the new first row were
+            # never computed)
+            mlist[0] = int(rng.choice(np.setdiff1d(np.arange(60), mlist)))
+            K._gram(Xt, np.array(mlist, np.int64), 2, s_l, tmp, G, gm, b)
+        m = len(mlist)
+        ml = np.array(mlist, np.int64)
+        K._gram(Xt, ml, m, s_l, tmp, G, gm, b)
+        XM = X[ml].toarray()
+        Q = (y[ml, None] * XM) @ (y[ml, None] * XM).T
+        assert np.allclose(G[:m, :m], Q, rtol=1e-12, atol=1e-12), step
+        assert np.allclose(b[:m], y[ml] * (XM @ s_l), rtol=1e-12, atol=1e-12)
+        assert not tmp.any()
