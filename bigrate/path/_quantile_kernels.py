@@ -529,23 +529,47 @@ def _gram(X, mlist, m, s_l, tmp, G, gm, b):
 
 
 @njit(cache=True, nogil=True)
-def _chol_solve(G, idx, nf, rhs, out, L, rel_pivot):
-    """Solve G[idx, idx] out = rhs (first nf entries) by Cholesky into the work matrix
-    L; False if a pivot falls below rel_pivot times its diagonal (singular)."""
+def _chol_append(G, free, nf, k, L, rel_pivot):
+    """Grow the Cholesky factor L of G[free, free] (first nf) by the index k, O(nf^2);
+    False if the new pivot falls below rel_pivot times its diagonal (singular)."""
+    diag = G[k, k]
+    v = diag
     for j in range(nf):
-        gj = idx[j]
-        diag = G[gj, gj]
-        v = diag
-        for k in range(j):
-            v -= L[j, k] * L[j, k]
-        if not v > rel_pivot * diag:
-            return False
-        L[j, j] = np.sqrt(v)
-        for r in range(j + 1, nf):
-            v = G[idx[r], gj]
-            for k in range(j):
-                v -= L[r, k] * L[j, k]
-            L[r, j] = v / L[j, j]
+        s = G[free[j], k]
+        for q in range(j):
+            s -= L[nf, q] * L[j, q]
+        s /= L[j, j]
+        L[nf, j] = s
+        v -= s * s
+    if not v > rel_pivot * diag:
+        return False
+    L[nf, nf] = np.sqrt(v)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _chol_remove(L, nf, p):
+    """Drop row and column p from the factor of an nf x nf matrix, O((nf - p)^2): the
+    rows below move up one and Givens rotations on column pairs (j, j + 1) restore the
+    triangle (L Q Q^T L^T is unchanged; the new pivots are never smaller)."""
+    for r in range(p + 1, nf):
+        for q in range(r + 1):
+            L[r - 1, q] = L[r, q]
+    for j in range(p, nf - 1):
+        a, c = L[j, j], L[j, j + 1]
+        rr = np.hypot(a, c)
+        cs, sn = a / rr, c / rr
+        L[j, j] = rr
+        L[j, j + 1] = 0.0
+        for r in range(j + 1, nf - 1):
+            u, v = L[r, j], L[r, j + 1]
+            L[r, j] = cs * u + sn * v
+            L[r, j + 1] = cs * v - sn * u
+
+
+@njit(cache=True, nogil=True)
+def _chol_apply(L, nf, rhs, out):
+    """out = (L L^T)^-1 rhs on the first nf entries."""
     for j in range(nf):
         v = rhs[j]
         for k in range(j):
@@ -556,44 +580,47 @@ def _chol_solve(G, idx, nf, rhs, out, L, rel_pivot):
         for k in range(j + 1, nf):
             v -= L[k, j] * out[k]
         out[j] = v / L[j, j]
-    return True
 
 
 @njit(cache=True, nogil=True)
 def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
     """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
     (kind 0), for a positive definite G: a primal active set (Lawson-Hanson's, with
-    two kinds of bound) whose every step is a Cholesky solve on the free part. The
-    bounded variables start pinned at their bound; the most violated pinned one is
-    released, and a released one that would cross its bound is stepped back to it and
-    pinned again. Returns (ok, steps); ok = False if G is numerically singular on a
-    free part (the caller then solves in the primal)."""
+    two kinds of bound) whose every step is a solve with the Cholesky factor of the
+    free part. The bounded variables start pinned at their bound; the most violated
+    pinned one is released, and a released one that would cross its bound is stepped
+    back to it and pinned again. The factor is formed once and then updated: a
+    release appends a row, a pin removes one (O(nf^2) each, where refactorising costs
+    nf^3 / 6: 35 us at nf = 64, 290 us at 124, and an a9a path takes ~3.6 steps per
+    kink). Returns (ok, steps); ok = False if G is numerically singular on a free
+    part (the caller then solves in the primal)."""
     free = np.empty(m, np.int64)
     rhs = np.empty(m)
     sol = np.empty(m)
     L = np.empty((m, m))
+    nf = 0
     for k in range(m):
         pin[k] = kind[k]
         x[k] = 0.0 if kind[k] != 2 else h[k]
+        if kind[k] == 0:
+            if not _chol_append(G, free, nf, k, L, rel_pivot):
+                return False, 0
+            free[nf] = k
+            nf += 1
     scale = 0.0
     for k in range(m):
         scale = max(scale, abs(b[k]))
     gtol = 1e-12 * max(scale, 1e-300)
     steps = 0
     while steps <= 3 * m + 20:
-        nf = 0
-        for k in range(m):
-            if pin[k] == 0:
-                free[nf] = k
-                nf += 1
         for j in range(nf):
             v = b[free[j]]
             for k in range(m):
                 if pin[k] != 0:
                     v -= G[free[j], k] * x[k]
             rhs[j] = v
-        if nf > 0 and not _chol_solve(G, free, nf, rhs, sol, L, rel_pivot):
-            return False, steps
+        if nf > 0:
+            _chol_apply(L, nf, rhs, sol)
         step, jmin = 1.0, -1
         for j in range(nf):
             k = free[j]
@@ -612,6 +639,10 @@ def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
             k = free[jmin]
             pin[k] = kind[k]
             x[k] = 0.0 if kind[k] == 1 else h[k]
+            _chol_remove(L, nf, jmin)
+            for j in range(jmin + 1, nf):
+                free[j - 1] = free[j]
+            nf -= 1
             steps += 1
             continue
         # optimal on the free part: release the pinned bound pulling hardest inside
@@ -629,7 +660,11 @@ def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
                 if kind[k] != 0:  # bounds were in play: the caller checks the pins
                     return True, steps + 1
             return True, steps
+        if not _chol_append(G, free, nf, kw, L, rel_pivot):
+            return False, steps
         pin[kw] = 0
+        free[nf] = kw
+        nf += 1
         steps += 1
     return False, steps
 

@@ -200,6 +200,50 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
         assert f <= r.fun + 1e-8 * max(1.0, abs(r.fun))
 
 
+def test_cholesky_factor_updated_by_appends_and_removals_equals_a_fresh_one():
+    """The box QP's factor of G[free, free] is grown by appends and shrunk by
+    removals (Givens); after any sequence it must be the factor of the current free
+    set and solve with it."""
+    from bigrate.path import _quantile_kernels as K
+
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        m = int(rng.integers(2, 30))
+        A = rng.standard_normal((m + 3, m))
+        G = A.T @ A
+        free, L, nf = np.empty(m, np.int64), np.empty((m, m)), 0
+        out = []
+        for _ in range(4 * m):
+            inside = free[:nf].tolist()
+            outside = [k for k in range(m) if k not in inside]
+            if outside and (nf == 0 or rng.random() < 0.6):
+                k = int(rng.choice(outside))
+                assert K._chol_append(G, free, nf, k, L, 1e-12)
+                free[nf] = k
+                nf += 1
+            else:
+                p = int(rng.integers(0, nf))
+                K._chol_remove(L, nf, p)
+                free[p : nf - 1] = free[p + 1 : nf].copy()
+                nf -= 1
+            if nf == 0:
+                continue
+            idx = free[:nf]
+            Lf = np.tril(L[:nf, :nf])
+            np.testing.assert_allclose(Lf @ Lf.T, G[np.ix_(idx, idx)], atol=1e-9)
+            assert (np.diag(Lf) > 0).all()
+            rhs = rng.standard_normal(nf)
+            K._chol_apply(L, nf, rhs, sol := np.empty(m))
+            out.append(np.abs(G[np.ix_(idx, idx)] @ sol[:nf] - rhs).max())
+        assert max(out) < 1e-8
+    # a dependent column is refused
+    G = np.ones((3, 3))
+    free = np.array([0, 0, 0])
+    L = np.empty((3, 3))
+    assert K._chol_append(G, free, 0, 0, L, 1e-10)
+    assert not K._chol_append(G, free, 1, 1, L, 1e-10)
+
+
 def test_path_is_continuous_at_kinks(fitted):
     _, _, path = fitted
     for k in range(1, min(len(path.kinks_) - 1, 40)):
