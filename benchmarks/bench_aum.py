@@ -50,7 +50,7 @@ def _data():
 
 
 def growth(data) -> dict:
-    from bigrate.path import Breakpoints, aum_gradient, line_search
+    from bigrate.aum import Breakpoints, aum_gradient, line_search
 
     res = {}
     rng = np.random.default_rng(1)
@@ -98,7 +98,7 @@ def growth(data) -> dict:
 
 def descent(data) -> dict:
     """Mean intersections and seconds per gradient step over whole descents."""
-    from bigrate.path import AUMLinearClassifier
+    from bigrate.aum import AUMLinearClassifier
 
     res = {}
     rng = np.random.default_rng(2)
@@ -137,7 +137,7 @@ def descent(data) -> dict:
 
 
 def grid_vs_line_search(data) -> dict:
-    from bigrate.path import AUMLinearClassifier
+    from bigrate.aum import AUMLinearClassifier
 
     res = {}
     for name, (X, y) in data.items():
@@ -173,7 +173,7 @@ def main() -> None:
         "descent": descent(data),
         "grid": grid_vs_line_search(data),
     }
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(out / "aum.json", json.dumps(res, indent=2) + "\n")
 

@@ -10,7 +10,7 @@ eta) rectangle with lambda in [0.01, 1] and the (C+, C-) triangle C+ + C- <= 1; 
 grid search (the paper's: 20 x 20 in log2 (C+, C-) over [0.01, 100]^2, then 20 x 20
 around the best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to
 the same domain (grid points with C+ + C- > 100 are skipped), on the same folds.
-The one-parameter path crossed with a grid (bigrate.model_selection.eta_path): exact
+The one-parameter path crossed with a grid (bigrate.model_selection.bpsp.eta_path): exact
 paths in eta = C+ / (C+ + C-) at 20 values of C+ + C- log-spaced over [0.02, 100], then
 20 within one step of the best, on the same folds.
 CV error = cost-weighted errors per CV row. Writes benchmarks/out/bpsp.json after
@@ -104,7 +104,7 @@ def warm_up(name):
     from sklearn.model_selection import StratifiedKFold
 
     from bigrate import BPSPSearchCV
-    from bigrate.model_selection.eta_path import eta_path_cv
+    from bigrate.model_selection.bpsp.eta_path import eta_path_cv
 
     X, y = load(name)
     Xc, yc = cv_set(X, y, cap=40)
@@ -118,9 +118,9 @@ def main():
     from sklearn.model_selection import StratifiedKFold
 
     from bigrate import BPSPSearchCV
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
     from bigrate.kernel.smo import resolve_gamma
-    from bigrate.model_selection.eta_path import eta_path_cv
+    from bigrate.model_selection.bpsp.eta_path import eta_path_cv
 
     sets = (sys.argv[sys.argv.index("--sets") + 1].split(",") if "--sets" in sys.argv
             else SETS)  # fmt: skip

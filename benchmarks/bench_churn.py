@@ -82,7 +82,7 @@ def main():
     out = {"runs": runs, "targets": list(TARGETS), "summary": summary,
            "records": records}  # fmt: skip
     (HERE / "out").mkdir(exist_ok=True)
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(HERE / "out" / "churn.json", json.dumps(out, indent=2) + "\n")
     plot(summary, HERE / "out" / "churn.png")
@@ -95,7 +95,7 @@ def one_run(X, y, run):
     from sklearn.svm import LinearSVC
 
     from bigrate import BigrateWarning, RateConstrainedClassifier
-    from bigrate.constraints import churn, count_false_positives, error_rate, recall
+    from bigrate.constrained import churn, count_false_positives, error_rate, recall
 
     records = []
     deployed, S = make_splits(X, y, seed=run)

@@ -40,9 +40,8 @@ def ratio(pred, sex):
 
 def main():
     from bigrate import BigrateWarning, RateConstrainedClassifier
-    from bigrate.constraints import positive_rate
+    from bigrate.constrained import plot_target_vs_achieved, positive_rate
     from bigrate.datasets import load_adult
-    from bigrate.path import plot_target_vs_achieved
 
     arg = sys.argv[sys.argv.index("--rows") + 1] if "--rows" in sys.argv else "2000"
     d = load_adult(SHARED)
@@ -92,7 +91,7 @@ def main():
     compare(out)
     suffix = "" if rows == 2000 else f"_{rows}"
     (HERE / "out").mkdir(exist_ok=True)
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(
         HERE / "out" / f"constraints{suffix}.json", json.dumps(out, indent=2) + "\n"
@@ -117,7 +116,7 @@ def stream(X, y, sex, kappa=0.8):
     import scipy.sparse as sp
 
     from bigrate import BigrateWarning, RateConstrainedClassifier, ShardedDataset
-    from bigrate.constraints import positive_rate
+    from bigrate.constrained import positive_rate
     from bigrate.data.format import RowBlock
     from bigrate.data.writer import DatasetWriter
 
@@ -147,7 +146,7 @@ def stream(X, y, sex, kappa=0.8):
                         "objective": h["objective"], "constraint": h["constraints"][0]}  # fmt: skip
             print(key, json.dumps(out[key]), flush=True)
     (HERE / "out").mkdir(exist_ok=True)
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(
         HERE / "out" / f"constraints_stream_{len(y)}.json",

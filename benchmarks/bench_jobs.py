@@ -162,7 +162,7 @@ dir = "{out}"
         res[f"sweep_{engine}"]["throughput_vs_local"] = (
             res[f"sweep_{engine}"]["tasks_per_s"] / res["sweep_local"]["tasks_per_s"]
         )
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(out / "jobs.json", json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 
 def _save(out: Path, name: str, res: dict) -> None:
     print(json.dumps(res, indent=2, default=float))
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(
         out / f"kernel_{name}.json", json.dumps(res, indent=2, default=float) + "\n"

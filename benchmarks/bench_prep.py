@@ -171,7 +171,7 @@ print(json.dumps({{"seconds": best, "nnz": int(n)}}))
         "goal": "time ratio <= 1.5",
     }
     print(json.dumps(res, indent=2))
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(out / "prep.json", json.dumps(res, indent=2) + "\n")
 

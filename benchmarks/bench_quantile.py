@@ -153,7 +153,7 @@ def main():
                 np.polyfit(ln, np.log([r["kinks"] for r in rs]), 1)[0]
             )
     (HERE / "out").mkdir(exist_ok=True)
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(HERE / "out" / "quantile.json", json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if "slope" in k}))

@@ -54,7 +54,7 @@ def _synth(out: Path, rows: int) -> Path:
 
 def _save(out: Path, name: str, res: dict) -> None:
     print(json.dumps(res, indent=2))
-    from bigrate.data.writer import atomic_write_text
+    from bigrate.files import atomic_write_text
 
     atomic_write_text(
         out / f"{name}.json", json.dumps(res, indent=2, default=float) + "\n"

@@ -5,19 +5,16 @@ most q, ...) rather than minimise plain error, trained on sparse data streamed f
 shards, on one machine or on a Dask or Ray cluster.
 """
 
+from bigrate._version import __version__
+from bigrate.aum import AUMLinearClassifier
+from bigrate.constrained import RateConstrainedClassifier
 from bigrate.data import ShardedDataset
 from bigrate.errors import BigrateWarning, ChecksumError, DataError, DatasetExistsError
 from bigrate.io import load_model
 from bigrate.kernel import CostSensitiveSVC, NeymanPearsonSVC
 from bigrate.linear import NeymanPearsonSGD, QValueSGD
 from bigrate.model_selection import BPSPSearchCV, NPSearchCV
-from bigrate.path import (
-    AUMLinearClassifier,
-    QuantilePathSVC,
-    RateConstrainedClassifier,
-)
-
-__version__ = "0.1.0"
+from bigrate.quantile import QuantilePathSVC
 
 __all__ = [
     "AUMLinearClassifier",

@@ -20,7 +20,7 @@ def pyplot():
 
 def save_png(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
     """Lay out, render and atomically write ``fig`` as a PNG; closes the figure."""
-    from bigrate.data.writer import atomic_write_bytes
+    from bigrate.files import atomic_write_bytes
 
     plt = pyplot()
     fig.tight_layout()

@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        from bigrate.runner.rundir import RunLockedError
+        from bigrate.rundir import RunLockedError
 
         if isinstance(e, RunLockedError):
             print(f"bigrate: error: {e}", file=sys.stderr)

@@ -39,6 +39,53 @@ DEFAULT_ROW_GROUP_SIZE = 32_768
 DEFAULT_ROWS_PER_FILE = 262_144
 
 
+@dataclass(frozen=True)
+class ShardFile:
+    """One shard file as the manifest records it; ``dataset`` is the dataset's root
+    (local path or fsspec URL) once read, empty while the writer makes it."""
+
+    path: str  # relative to the root
+    split: str
+    cls: str
+    rows: int
+    nnz: int
+    row_groups: int
+    bytes: int
+    sha256: str
+    dataset: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.dataset.rstrip("/") + "/" + self.path
+
+    def to_json(self) -> dict:
+        """The manifest's record (the class under the key "class", no root)."""
+        return {
+            "path": self.path,
+            "split": self.split,
+            "class": self.cls,
+            "rows": self.rows,
+            "nnz": self.nnz,
+            "row_groups": self.row_groups,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+        }
+
+    @classmethod
+    def from_json(cls, rec: dict, dataset: str = "") -> ShardFile:
+        return cls(
+            path=rec["path"],
+            split=rec["split"],
+            cls=rec["class"],
+            rows=int(rec["rows"]),
+            nnz=int(rec["nnz"]),
+            row_groups=int(rec["row_groups"]),
+            bytes=int(rec["bytes"]),
+            sha256=rec["sha256"],
+            dataset=dataset,
+        )
+
+
 def schema(has_group: bool) -> pa.Schema:
     """The Arrow schema of a shard file."""
     fields = [

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -17,28 +16,10 @@ from bigrate.data.format import (
     FORMAT_VERSION,
     MANIFEST,
     RowBlock,
+    ShardFile,
     table_to_block,
 )
 from bigrate.errors import ChecksumError, DataError
-
-
-@dataclass(frozen=True)
-class ShardFile:
-    """One shard file of a dataset, as engines see it when assigning work."""
-
-    dataset: str  # the dataset's root (local path or fsspec URL)
-    path: str  # relative to the root
-    split: str
-    cls: str
-    rows: int
-    nnz: int
-    row_groups: int
-    bytes: int
-    sha256: str
-
-    @property
-    def url(self) -> str:
-        return _join(self.dataset, self.path)
 
 
 def _join(root: str, rel: str) -> str:
@@ -113,17 +94,7 @@ class ShardedDataset:
         self.splits = tuple(manifest["splits"])
         self.has_group = bool(manifest.get("has_group", False))
         self._files = [
-            ShardFile(
-                dataset=self.path,
-                path=f["path"],
-                split=f["split"],
-                cls=f["class"],
-                rows=int(f["rows"]),
-                nnz=int(f["nnz"]),
-                row_groups=int(f["row_groups"]),
-                bytes=int(f["bytes"]),
-                sha256=f["sha256"],
-            )
+            ShardFile.from_json(f, self.path)
             for f in manifest["files"]
         ]
         if verify:

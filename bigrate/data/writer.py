@@ -10,19 +10,18 @@ the next writer of the same target once its process is gone.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import threading
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from bigrate._version import __version__
 from bigrate.data.format import (
     CLASSES,
     DEFAULT_ROW_GROUP_SIZE,
@@ -32,63 +31,12 @@ from bigrate.data.format import (
     MANIFEST,
     SPLITS,
     RowBlock,
+    ShardFile,
     block_to_table,
     schema,
 )
 from bigrate.errors import DataError, DatasetExistsError
-
-
-def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes, read in 4 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(bufsize)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file through a temporary file renamed into place."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> Path:
-    """Write a file through a temporary file (fsynced) renamed into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-@dataclass
-class FileInfo:
-    """One shard file as the manifest records it (path relative to the dataset)."""
-
-    path: str
-    split: str
-    cls: str
-    rows: int
-    nnz: int
-    row_groups: int
-    bytes: int
-    sha256: str
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["class"] = d.pop("cls")
-        return d
+from bigrate.files import atomic_write_text, pid_alive, replace_dir, sha256_file
 
 
 class _PartWriter:
@@ -136,13 +84,13 @@ class _PartWriter:
         self.nnz += int(block.X.nnz)
         self.row_groups += -(-len(block) // rgs)
 
-    def close(self) -> FileInfo:
+    def close(self) -> ShardFile:
         if self.pending:
             self._write(RowBlock.concat(self.pending))
             self.pending = []
         self.writer.close()
         full = self.root / self.rel
-        return FileInfo(
+        return ShardFile(
             path=self.rel,
             split=self.split,
             cls=self.cls,
@@ -196,23 +144,13 @@ class ClassStream:
             self.part = None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_temporaries(parent: Path, name: str) -> None:
     for p in parent.glob(f".{name}.tmp-*"):
         try:
             pid = int(p.name[len(name) + 6 :].split("-")[0])
         except ValueError:
             continue
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -279,7 +217,7 @@ class DatasetWriter:
         self._lock = threading.Lock()
         self._open: list[_PartWriter] = []
         self._streams: dict[tuple[str, str], ClassStream] = {}
-        self.files: list[FileInfo] = []
+        self.files: list[ShardFile] = []
         self._done = False
 
     def _check_target(self) -> None:
@@ -382,7 +320,7 @@ class DatasetWriter:
             "format_version": FORMAT_VERSION,
             "name": name or self.out.name,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "bigrate_version": _version(),
+            "bigrate_version": __version__,
             "n_features": int(n_features),
             "splits": list(self.splits),
             "rows": rows,
@@ -405,20 +343,9 @@ class DatasetWriter:
         return manifest
 
     def _swap_into_place(self) -> None:
-        out = self.out
-        old = None
-        if out.exists():
+        if self.out.exists():
             self._check_target()  # still only a dataset or empty, and overwrite allowed
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-        try:
-            os.rename(self.tmp, out)
-        except BaseException:
-            if old is not None:
-                os.rename(old, out)
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self.tmp, self.out)
 
     def abort(self) -> None:
         """Remove everything written so far; the target is left untouched."""
@@ -434,12 +361,6 @@ class DatasetWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._done:
             self.abort()
-
-
-def _version() -> str:
-    from bigrate import __version__
-
-    return __version__
 
 
 def _command_line() -> str:

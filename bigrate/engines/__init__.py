@@ -1,5 +1,50 @@
-"""Engines map work over shards or parameter points and reduce the results.
+"""Engines run tasks; learners own their algorithms (see :mod:`bigrate.engines.base`).
 
-Dask and Ray are imported only when their engine is used:
-``from bigrate.engines.dask import DaskEngine, fit_dask``.
+``open_engine("local" | "dask" | "ray", address=None, ...)`` gives one engine behind the
+same interface: the local engine runs tasks in this process; Dask and Ray start an
+embedded cluster bound to 127.0.0.1, or connect to ``address``. Dask and Ray are imported
+only when their engine is opened.
 """
+
+from __future__ import annotations
+
+from bigrate.engines.base import Engine, TaskError
+
+ENGINES = ("local", "dask", "ray")
+
+__all__ = ["ENGINES", "Engine", "TaskError", "open_engine"]
+
+
+def open_engine(
+    name: str,
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    dashboard: bool = True,
+    quiet: bool = True,
+    **kwargs,
+) -> Engine:
+    """An engine by name: ``"local"`` (this process), ``"dask"`` or ``"ray"`` (an
+    embedded cluster on 127.0.0.1 with ``n_workers`` workers, or the cluster at
+    ``address``). Further keyword arguments go to the engine's constructor (Dask:
+    ``memory_limit``)."""
+    if name == "local":
+        if address:
+            raise ValueError(
+                "engine 'local' takes no address (use 'dask' or 'ray' for a cluster)"
+            )
+        from bigrate.engines.local import LocalEngine
+
+        return LocalEngine()
+    if name == "dask":
+        from bigrate.engines.dask import DaskEngine
+
+        return DaskEngine(
+            address or None, n_workers=n_workers, dashboard=dashboard, quiet=quiet,
+            **kwargs,
+        )  # fmt: skip
+    if name == "ray":
+        from bigrate.engines.ray import RayEngine
+
+        return RayEngine(address or None, n_workers=n_workers, quiet=quiet, **kwargs)
+    raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {name!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from bigrate.engines.local import TaskError
+from bigrate.engines.base import Engine, TaskError
 
 
 def _single_node_mode() -> None:
@@ -28,7 +28,7 @@ def _single_node_mode() -> None:
         consts.ENABLE_RAY_CLUSTER = False
 
 
-class RayEngine:
+class RayEngine(Engine):
     name = "ray"
 
     def __init__(
@@ -79,6 +79,10 @@ class RayEngine:
         url = getattr(ctx, "dashboard_url", None)
         return url or None
 
+    @property
+    def n_workers(self) -> int:
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+
     def node_addresses(self) -> list[str]:
         return sorted(n["NodeManagerAddress"] for n in self._ray.nodes() if n["Alive"])
 
@@ -108,9 +112,3 @@ class RayEngine:
         if self.started:
             self._ray.shutdown()
             self.started = False
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -31,17 +31,17 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bigrate._validation import binary_classes
+from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
 
 
-class _KernelSVCBase(ClassifierMixin, BaseEstimator):
+class _KernelSVCBase(RateClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "kernel": [StrOptions(set(KERNELS))],
         "gamma": [
@@ -96,15 +96,6 @@ class _KernelSVCBase(ClassifierMixin, BaseEstimator):
             self.support_vectors_, X, self.kernel, self.gamma_, self.coef0, self.degree
         )
         return self.dual_coef_.ravel() @ Kx + self.intercept_[0]
-
-    def predict(self, X) -> np.ndarray:
-        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        tags.input_tags.sparse = True
-        return tags
 
 
 class CostSensitiveSVC(_KernelSVCBase):

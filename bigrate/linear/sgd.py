@@ -19,7 +19,6 @@ The per-step updates are in :mod:`bigrate.linear._kernels`; sampling in
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -27,11 +26,11 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bigrate._validation import binary_classes
+from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.data.format import RowBlock
 from bigrate.data.reader import ShardedDataset, is_dataset
 from bigrate.errors import BigrateWarning
@@ -118,60 +117,76 @@ def run_steps(
         )
 
 
-def local_round(
-    dataset_path: str,
-    units: list,
-    cfg: KernelConfig,
-    w: np.ndarray,
-    b: float,
-    lam: float,
-    t: float,
-    steps: int,
-    seed,
-    buffer_rows: int,
-    batch_rows: int,
-    holdout,
-    cache_mb: float = 0.0,
-) -> dict:
-    """One worker's share of a distributed round: ``steps`` steps from the global state
-    over its own row-group ``units``, read from ``dataset_path`` on the worker (decoded
-    row groups are kept in a per-worker cache of ``cache_mb`` MiB across rounds)."""
-    from bigrate.linear.sampler import process_cache
+@dataclass
+class SGDState:
+    """The streaming state of an SGD learner: the model (w, b), the Lagrange multiplier
+    lambda and the step count t. Plain numbers: sent to workers, merged, checkpointed."""
 
-    ds = ShardedDataset(dataset_path)
-    cache = process_cache(cache_mb)
-    sampler = ShardSampler(
-        ds,
-        cfg.mode,
-        seed,
-        units=units,
-        buffer_rows=buffer_rows,
-        batch_rows=batch_rows,
-        holdout=holdout,
-        cache=cache,
-    )
-    v = np.array(w, dtype=np.float64)
-    state = np.array([1.0, b, lam, t])
-    stats = np.zeros(6)
+    w: np.ndarray
+    b: float
+    lam: float
+    t: float
+
+    def kernel_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """(v, [scale, b, lambda, t]): the layout the step kernels update in place."""
+        return np.array(self.w, dtype=np.float64), np.array(
+            [1.0, self.b, self.lam, self.t]
+        )
+
+    @classmethod
+    def from_kernel(cls, v: np.ndarray, state: np.ndarray) -> SGDState:
+        return cls(v * state[0], float(state[1]), float(state[2]), float(state[3]))
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """What a streaming fit needs besides the state: the resolved kernel configuration,
+    the class counts used for training, the calibration hold-out and the seed."""
+
+    cfg: KernelConfig
+    n_pos: int
+    n_neg: int
+    holdout: tuple | None
+    seed: int
+    n_features: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return steps_per_epoch(self.n_pos, self.n_neg, self.cfg.mode)
+
+
+def steps_from(
+    cfg: KernelConfig, st: SGDState, sampler, n_steps: int, stats: np.ndarray
+) -> SGDState:
+    """Run ``n_steps`` SGD steps from ``st`` on rows drawn by ``sampler`` (in chunks of
+    8,192 draws); ``stats`` accumulates the false-alarm / miss counts. Returns the new
+    state (``st`` is not changed)."""
+    v, state = st.kernel_state()
     done = 0
-    while done < steps:
-        k = min(8192, steps - done)
+    while done < n_steps:
+        k = min(8192, n_steps - done)
         X, y, order = sampler.next(k)
         run_steps(cfg, v, state, X, y, order, stats)
         done += k
-    return {
-        "w": v * state[0],
-        "b": float(state[1]),
-        "lam": float(state[2]),
-        "t": float(state[3]),
-        "stats": stats,
-        "pid": os.getpid(),
-        "cache_hits": cache.hits,
-        "cache_misses": cache.misses,
-    }
+    return SGDState.from_kernel(v, state)
 
 
-class _StochasticRateBase(ClassifierMixin, BaseEstimator):
+def merge_states(states: list[SGDState]) -> SGDState:
+    """The state every worker starts the next round from: the mean of the models
+    (w, b), the geometric mean of the multipliers (lambda stays positive and a worker
+    with a tenfold multiplier counts as much as one with a tenth of it) and the step
+    count (every worker ran the same number of steps from the same t)."""
+    if not states:
+        raise ValueError("merge_states needs at least one state")
+    return SGDState(
+        np.mean([s.w for s in states], axis=0),
+        float(np.mean([s.b for s in states])),
+        float(np.exp(np.mean([np.log(s.lam) for s in states]))),
+        float(np.mean([s.t for s in states])),
+    )
+
+
+class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
     """Shared machinery of the NP and q-value SGD learners."""
 
     _parameter_constraints: dict = {
@@ -317,8 +332,9 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             )
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
         cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
+        plan = StreamPlan(cfg, n_pos, n_neg, None, self._seed_int(), X.shape[1])
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows)
-        self._train(cfg, X.shape[1], sampler, n_pos, n_neg)
+        self._train(plan, self.initial_state(X.shape[1]), sampler)
         if held is not None:
             neg = held & (y < 0)
             self._calibrate(
@@ -328,22 +344,36 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             )
 
     def _fit_stream(self, ds: ShardedDataset):
-        cfg, n_pos, n_neg, holdout = self._prepare_stream(ds)
+        plan, st = self.start_stream(ds)
         sampler = ShardSampler(
             ds,
-            cfg.mode,
+            plan.cfg.mode,
             self._seed(),
             split=self.split,
             buffer_rows=self.buffer_rows,
             batch_rows=self.batch_rows,
-            holdout=holdout,
+            holdout=plan.holdout,
         )
-        self._train(cfg, ds.n_features, sampler, n_pos, n_neg)
-        self._finish_stream(ds, holdout)
+        self._train(plan, st, sampler)
+        self.finish_stream(plan, None, ds)
 
-    def _prepare_stream(self, ds: ShardedDataset):
-        """Validate the dataset and resolve the defaults from it: (config, n+, n- used for
-        training, calibration hold-out or None). Used in-process and by the engines."""
+    def _train(self, plan: StreamPlan, st: SGDState, sampler) -> None:
+        for _ in range(self.epochs):
+            stats = np.zeros(6)
+            te = time.perf_counter()
+            st = steps_from(plan.cfg, st, sampler, plan.steps_per_epoch, stats)
+            self.record_epoch(stats, st, time.perf_counter() - te, plan.steps_per_epoch)
+        self._set_fitted(st, plan.cfg)
+
+    # ---------------------------------------------------------------- streaming protocol
+    def start_stream(self, ds: ShardedDataset) -> tuple[StreamPlan, SGDState]:
+        """Start a streaming fit on the ``split`` rows of ``ds``: validate the
+        parameters against the dataset, resolve the defaults from it and return the plan
+        and the initial state (the fitted model's, with ``warm_start``). The in-process
+        fit, the distributed fit (:mod:`bigrate.linear.distributed`) and checkpoints
+        build on this, :func:`steps_from`, :func:`merge_states`, :meth:`record_epoch`
+        and :meth:`finish_stream`."""
+        self._validate_params()
         self._check_own_params()
         if not ds.files(self.split):
             raise ValueError(f"{ds.path}: empty shard list for split {self.split!r}")
@@ -356,8 +386,6 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
                 f"warm_start: the model has {self.coef_.shape[1]} features, the dataset "
                 f"{ds.path} has {ds.n_features}"
             )
-        self.classes_ = np.array([-1, 1])
-        self.n_features_in_ = ds.n_features
         counts = ds.class_counts(self.split)
         frac = self._holdout_fraction()
         n_pos = counts["pos"]
@@ -371,51 +399,41 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
                 rows += len(b)
                 break
         cfg = self._resolve(n_pos, n_neg, sq / max(rows, 1), sparse=True)
-        holdout = (frac, self._seed_int()) if frac > 0 else None
-        return cfg, n_pos, n_neg, holdout
+        seed = self._seed_int()
+        holdout = (frac, seed) if frac > 0 else None
+        st = self.initial_state(ds.n_features)
+        self.classes_ = np.array([-1, 1])
+        self.n_features_in_ = ds.n_features
+        return StreamPlan(cfg, n_pos, n_neg, holdout, seed, ds.n_features), st
 
-    def _finish_stream(self, ds: ShardedDataset, holdout) -> None:
-        """Calibrate on the held-out negatives (one streaming pass), if any."""
-        if holdout is None:
-            return
-        scores = []
-        for b in ds.iter_batches(self.split, "neg", batch_rows=self.batch_rows):
-            keep = holdout_mask(b.row_id, *holdout)
-            if keep.any():
-                Xh = b.X[keep]
-                scores.append(
-                    K.decision_csr(
-                        Xh.indptr, Xh.indices, Xh.data, self.coef_.ravel(), 0.0
-                    )
+    def initial_state(self, n_features: int) -> SGDState:
+        """The state training starts from: zeros and ``lambda0``, or with
+        ``warm_start`` the fitted model, multiplier and step count."""
+        if self.warm_start and hasattr(self, "coef_"):
+            if self.coef_.shape[1] != n_features:
+                raise ValueError(
+                    f"warm_start: the model has {self.coef_.shape[1]} features, the data "
+                    f"has {n_features}"
                 )
-        self._calibrate(np.concatenate(scores) if scores else np.empty(0))
+            return SGDState(
+                self.coef_.ravel().astype(np.float64).copy(),
+                float(self.intercept_[0]),
+                float(self.multiplier_),
+                float(self.t_),
+            )
+        self.history_ = []
+        return SGDState(np.zeros(n_features), 0.0, float(self.lambda0), 0.0)
 
-    def _train(
-        self, cfg: KernelConfig, n_features: int, sampler, n_pos: int, n_neg: int
-    ):
-        v, state = self._init_state(n_features)
-        per_epoch = steps_per_epoch(n_pos, n_neg, cfg.mode)
-        chunk = 8192
-        for epoch in range(self.epochs):
-            stats = np.zeros(6)
-            te = time.perf_counter()
-            done = 0
-            while done < per_epoch:
-                k = min(chunk, per_epoch - done)
-                X, y, order = sampler.next(k)
-                run_steps(cfg, v, state, X, y, order, stats)
-                done += k
-            self._record(epoch, stats, state, time.perf_counter() - te, per_epoch)
-        self._set_fitted(v * state[0], state, cfg)
-
-    def _record(self, epoch, stats, state, seconds, steps):
+    def record_epoch(self, stats, st: SGDState, seconds: float, steps: int) -> None:
+        """Append an epoch to ``history_`` from its false-alarm / miss counts ``stats``
+        and the state at its end."""
         n_neg, s_neg, fa, n_pos, s_pos, miss = stats
         rec = {
             "epoch": len(self.history_) + 1,
             "steps": int(steps),
             "pfa": fa / n_neg if n_neg else float("nan"),
             "pnd": miss / n_pos if n_pos else float("nan"),
-            "lambda": float(state[2]),
+            "lambda": float(st.lam),
             "loss_neg": s_neg / n_neg if n_neg else float("nan"),
             "loss_pos": s_pos / n_pos if n_pos else float("nan"),
             "seconds": seconds,
@@ -428,16 +446,41 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
                 f"({seconds:.2f}s)",
                 flush=True,
             )
+        self._after_epoch(rec)
 
-    def _set_fitted(self, w: np.ndarray, state: np.ndarray, cfg: KernelConfig):
-        if not np.isfinite(w).all():
+    def finish_stream(
+        self, plan: StreamPlan, st: SGDState | None, ds: ShardedDataset
+    ) -> None:
+        """Set the fitted attributes from the final state (None: already set) and
+        calibrate on the held-out negatives of ``ds`` (one streaming pass), if any."""
+        if st is not None:
+            self._set_fitted(st, plan.cfg)
+        if plan.holdout is None:
+            return
+        scores = []
+        for b in ds.iter_batches(self.split, "neg", batch_rows=self.batch_rows):
+            keep = holdout_mask(b.row_id, *plan.holdout)
+            if keep.any():
+                Xh = b.X[keep]
+                scores.append(
+                    K.decision_csr(
+                        Xh.indptr, Xh.indices, Xh.data, self.coef_.ravel(), 0.0
+                    )
+                )
+        self._calibrate(np.concatenate(scores) if scores else np.empty(0))
+
+    def _after_epoch(self, rec: dict) -> None:  # the NP learner warns after the last
+        pass
+
+    def _set_fitted(self, st: SGDState, cfg: KernelConfig):
+        if not np.isfinite(st.w).all():
             raise FloatingPointError(
                 "training diverged: non-finite weights; lower gamma0"
             )
-        self.coef_ = w.reshape(1, -1)
-        self.intercept_ = np.array([float(state[1])])
-        self.multiplier_ = float(state[2])
-        self.t_ = float(state[3])
+        self.coef_ = st.w.reshape(1, -1)
+        self.intercept_ = np.array([float(st.b)])
+        self.multiplier_ = float(st.lam)
+        self.t_ = float(st.t)
         self.config_ = asdict(cfg)
         self.threshold_shift_ = 0.0
 
@@ -490,11 +533,6 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             )
         return X @ self.coef_.ravel() + self.intercept_[0]
 
-    def predict(self, X) -> np.ndarray:
-        """classes_[1] (positive) where f(x) >= 0, else classes_[0]."""
-        check_is_fitted(self, "coef_")
-        return self.classes_[(self.decision_function(X) >= 0).astype(int)]
-
     def score_confusion(self, X, y=None, split: str = "test") -> Confusion:
         """Pfa / Pnd counts on arrays or (streaming) on a split of a dataset."""
         check_is_fitted(self, "coef_")
@@ -505,55 +543,6 @@ class _StochasticRateBase(ClassifierMixin, BaseEstimator):
             return evaluate_stream(self.decision_function, ds, split)
         yy = np.where(np.asarray(y) == self.classes_[1], 1, -1)
         return Confusion.of(yy, self.decision_function(X))
-
-    # ---------------------------------------------------------------- persistence
-    def save(self, path):
-        """Save as plain data (npz + JSON) in directory ``path``, atomically."""
-        from bigrate.io import save_model
-
-        check_is_fitted(self, "coef_")
-        return save_model(
-            self,
-            path,
-            arrays={
-                "coef": self.coef_,
-                "intercept": self.intercept_,
-                "classes": self.classes_,
-            },
-            fitted={
-                "multiplier": self.multiplier_,
-                "t": self.t_,
-                "history": self.history_,
-                "config": self.config_,
-                "n_features_in": self.n_features_in_,
-                "threshold_shift": self.threshold_shift_,
-                "gamma0": self.gamma0_,
-                "nu": self.nu_,
-                "eta": self.eta_,
-            },
-        )
-
-    def _restore(self, arrays: dict, fitted: dict) -> None:
-        self.coef_ = arrays["coef"]
-        self.intercept_ = arrays["intercept"]
-        self.classes_ = arrays["classes"]
-        self.multiplier_ = fitted["multiplier"]
-        self.t_ = fitted["t"]
-        self.history_ = fitted["history"]
-        self.config_ = fitted["config"]
-        self.n_features_in_ = fitted["n_features_in"]
-        self.threshold_shift_ = fitted["threshold_shift"]
-        self.gamma0_, self.nu_, self.eta_ = (
-            fitted["gamma0"],
-            fitted["nu"],
-            fitted["eta"],
-        )
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        tags.input_tags.sparse = True
-        return tags
 
     def _check_own_params(self):
         pass
@@ -716,17 +705,15 @@ class NeymanPearsonSGD(_StochasticRateBase):
         self.intercept_ = np.array([b_new])
         self.n_calibration_ = int(len(neg_scores))
 
-    def _record(self, epoch, stats, state, seconds, steps):
-        super()._record(epoch, stats, state, seconds, steps)
-        if epoch == self.epochs - 1 and self.calibrate is None:
-            last = self.history_[-1]
-            if last["pfa"] > 1.5 * self.rho + 0.01:
+    def _after_epoch(self, rec: dict) -> None:
+        if rec["epoch"] == self.epochs and self.calibrate is None:
+            if rec["pfa"] > 1.5 * self.rho + 0.01:
                 warnings.warn(
                     f"the training false-alarm rate after the last epoch is "
-                    f"{last['pfa']:.4f}, above rho={self.rho}: raise epochs (now "
+                    f"{rec['pfa']:.4f}, above rho={self.rho}: raise epochs (now "
                     f"{self.epochs}) or nu (now {self.nu_:g}), or use calibrate='umbrella'",
                     BigrateWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
 
 

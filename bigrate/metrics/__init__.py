@@ -182,3 +182,53 @@ def evaluate_stream(
     for b in dataset.iter_batches(split, batch_rows=batch_rows):
         total = total + Confusion.of(b.y, decision_function(b.X))
     return total
+
+
+def rate_metrics(y, f, *, rho: float | None = None, q: float | None = None) -> dict:
+    """The one evaluation of a rate classifier's scores ``f`` on labels ``y`` (+1 / -1),
+    used by training, sweeps and jobs alike, with one spelling of every metric:
+
+    - ``pfa``, ``pnd``, ``n_pos``, ``n_neg`` always;
+    - with ``rho`` (Neyman-Pearson): ``J_val`` = Pnd + max(0, Pfa - rho) / rho and
+      ``pfa_within_rho`` (Pfa <= rho);
+    - with ``q`` (q-value): ``accepted``, the positives accepted at q-value <= q.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = rate_metrics(np.array([1, 1, -1, -1]), np.array([2.0, -1.0, -3.0, 0.5]),
+    ...                  rho=0.5)
+    >>> m["pfa"], m["pnd"], m["J_val"], m["pfa_within_rho"]
+    (0.5, 0.5, 0.5, True)
+    """
+    y = np.asarray(y)
+    f = np.asarray(f, dtype=np.float64)
+    c = Confusion.of(y, f)
+    out = {"pfa": c.pfa, "pnd": c.pnd, "n_pos": c.n_pos, "n_neg": c.n_neg}
+    if rho is not None:
+        out["J_val"] = c.j_val(rho)
+        out["pfa_within_rho"] = bool(c.pfa <= rho)
+    if q is not None:
+        out["accepted"] = int(positives_at_q(y, f, q))
+    return out
+
+
+def rate_target(params: dict) -> dict:
+    """The rate target among an estimator's parameters, as keyword arguments of
+    :func:`rate_metrics`: ``{"rho": ...}``, ``{"q": ...}`` or ``{}``."""
+    for key in ("rho", "q"):
+        if params.get(key) is not None:
+            return {key: float(params[key])}
+    return {}
+
+
+def evaluate_split(decision_function, dataset, split: str, **target) -> dict:
+    """:func:`rate_metrics` of a model on one split of a ShardedDataset, streamed (only
+    the labels and scores are kept)."""
+    ys, fs = [], []
+    for b in dataset.iter_batches(split):
+        ys.append(np.asarray(b.y))
+        fs.append(np.asarray(decision_function(b.X), dtype=np.float64))
+    y = np.concatenate(ys) if ys else np.empty(0, np.int8)
+    f = np.concatenate(fs) if fs else np.empty(0)
+    return rate_metrics(y, f, **target)

@@ -10,8 +10,6 @@ a task whose worker dies is retried by the engine.
 
 from __future__ import annotations
 
-import importlib
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +17,13 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import ParameterGrid, StratifiedKFold, train_test_split
 from sklearn.utils.validation import check_is_fitted
 
-
-def _fit_score(
-    module: str, cls: str, params: dict, data, train, test, rho: float
-) -> dict:
-    """One task: fit on ``train`` rows, J_val on ``test`` rows (runs on a worker)."""
-    from bigrate.metrics import Confusion
-
-    X, y = data
-    est = getattr(importlib.import_module(module), cls)(**params)
-    t = time.perf_counter()
-    est.fit(X[train], y[train])
-    yt = np.where(y[test] == est.classes_[1], 1, -1)
-    c = Confusion.of(yt, est.decision_function(X[test]))
-    return {
-        "metrics": {"pfa": c.pfa, "pnd": c.pnd, "J_val": c.j_val(rho)},
-        "seconds": time.perf_counter() - t,
-    }
+from bigrate.base import RateClassifierMixin
+from bigrate.engines import open_engine
+from bigrate.model_selection.sweep import fit_fold, run_sweep, select_best
+from bigrate.rundir import MemoryStore, RunDir
 
 
-class NPSearchCV(BaseEstimator):
+class NPSearchCV(RateClassifierMixin, BaseEstimator):
     """Grid search for Neyman-Pearson classifiers, selected by J_val.
 
     Parameters
@@ -55,15 +40,31 @@ class NPSearchCV(BaseEstimator):
     address : str, optional
         Existing cluster; None starts one bound to 127.0.0.1 (``n_workers`` CPUs).
     run_dir : path, optional
-        Where finished fits are kept; an existing one is resumed.
+        Where finished fits are kept (:class:`~bigrate.rundir.RunDir`); an existing one
+        is resumed. None keeps them in memory and writes nothing.
     refit : bool, default True
     random_state : int, default 0
         Seed of the folds.
 
     Attributes
     ----------
-    best_params_, best_score_, best_estimator_, cv_results_ (dict of arrays: params,
-    mean_J_val, mean_pfa, mean_pnd, status), n_failed_
+    best_params_, best_score_, best_estimator_, classes_, n_failed_
+    cv_results_ : dict of arrays
+        ``params``, ``mean_J_val`` / ``std_J_val``, ``mean_pfa`` / ``std_pfa``,
+        ``mean_pnd`` / ``std_pnd`` over the folds, ``rank_J_val`` (1 = best) and
+        ``status`` ("ok" or "failed").
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bigrate import NeymanPearsonSGD, NPSearchCV
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(1, 1, (200, 2)), rng.normal(-1, 1, (200, 2))]
+    >>> y = np.r_[np.ones(200), -np.ones(200)]
+    >>> s = NPSearchCV(NeymanPearsonSGD(random_state=0), {"alpha": [1e-4, 1e-2]},
+    ...                rho=0.1, cv=3, engine="local", progress=False).fit(X, y)
+    >>> sorted(s.best_params_)
+    ['alpha']
     """
 
     def __init__(
@@ -114,27 +115,7 @@ class NPSearchCV(BaseEstimator):
             return [(tr, te)]
         return [(np.asarray(a), np.asarray(b)) for a, b in self.cv]
 
-    def _engine(self):
-        if self.engine == "ray":
-            from bigrate.engines.ray import RayEngine
-
-            return RayEngine(self.address, n_workers=self.n_workers)
-        if self.engine == "dask":
-            from bigrate.engines.dask import DaskEngine
-
-            return DaskEngine(self.address, n_workers=self.n_workers, dashboard=False)
-        if self.engine == "local":
-            from bigrate.engines.local import LocalEngine
-
-            return LocalEngine()
-        raise ValueError(
-            f"engine must be 'ray', 'dask' or 'local', got {self.engine!r}"
-        )
-
     def fit(self, X, y):
-        from bigrate.progress import Progress
-        from bigrate.runner.rundir import RunDir
-
         rho = (
             self.rho if self.rho is not None else self.estimator.get_params().get("rho")
         )
@@ -144,72 +125,41 @@ class NPSearchCV(BaseEstimator):
         if "rho" in base.get_params():
             base.set_params(rho=rho)
         points = list(ParameterGrid(self.param_grid))
-        for p in points:
-            clone(base).set_params(
-                **p
-            )  # unknown parameter names fail here, before work
+        for p in points:  # unknown parameter names fail here, before any work
+            clone(base).set_params(**p)
         y = np.asarray(y)
         splits = self._splits(X, y)
-        run = self._run(RunDir, points, rho)
-        done = run.results()
-        todo = [
-            (i, k)
-            for i in range(len(points))
-            for k in range(len(splits))
-            if (i, k) not in done
-        ]
-        total = len(points) * len(splits)
-        bar = Progress("fits", total=total, done=len(done), enabled=self.progress)
-        mod, cls = type(base).__module__, type(base).__qualname__
+        store = self._store(points, rho)
         params0 = base.get_params(deep=False)
         try:
-            with self._engine() as eng:
-                if todo:
-                    handle = eng.put((X, y))
-                    args = [
-                        (
-                            mod,
-                            cls,
-                            {**params0, **points[i]},
-                            handle,
-                            splits[k][0],
-                            splits[k][1],
-                            rho,
-                        )
-                        for i, k in todo
-                    ]
-                    for j, res in eng.map(_fit_score, args):
-                        i, k = todo[j]
-                        rec = {"point": i, "fold": k, "params": points[i]}
-                        if isinstance(res, Exception):
-                            rec.update(
-                                status="failed",
-                                error=str(res)[:2000],
-                                traceback=getattr(res, "tb", ""),
-                            )
-                            run.event("task_failed", point=i, fold=k)
-                        else:
-                            rec.update(status="ok", **res)
-                            run.event("task_done", point=i, fold=k)
-                        run.save_result(i, k, rec)
-                        run.write_results_table()
-                        ok = [
-                            r["metrics"]["J_val"]
-                            for r in run.results().values()
-                            if r["status"] == "ok"
-                        ]
-                        bar.update(1, f"best fold J_val {min(ok):.4g}" if ok else "")
-            bar.close()
-            self._collect(run.results(), points, len(splits))
+            with open_engine(
+                self.engine, self.address, n_workers=self.n_workers, dashboard=False
+            ) as eng:
+                handle = None
+
+                def task_args(i, k):
+                    nonlocal handle
+                    if handle is None:
+                        handle = eng.put((X, y))
+                    return (type(base), {**params0, **points[i]}, handle,
+                            splits[k][0], splits[k][1], {"rho": rho})  # fmt: skip
+
+                table = run_sweep(
+                    eng, store, points, len(splits), fit_fold, task_args,
+                    select="J_val", progress=self.progress,
+                )  # fmt: skip
+            self._collect(table, store.results(), points)
         finally:
-            run.unlock()
+            store.unlock()
         if self.refit:
             self.best_estimator_ = clone(base).set_params(**self.best_params_).fit(X, y)
             self.classes_ = self.best_estimator_.classes_
-        self.run_dir_ = str(run.path)
+        self.run_dir_ = None if store.path is None else str(store.path)
         return self
 
-    def _run(self, RunDir, points, rho):
+    def _store(self, points, rho):
+        if self.run_dir is None:
+            return MemoryStore()
         cfg = {
             "job": {
                 "kind": "npsearchcv",
@@ -222,11 +172,6 @@ class NPSearchCV(BaseEstimator):
                 "address": self.address,
             }
         }
-        if self.run_dir is None:
-            import tempfile
-
-            parent = Path(tempfile.mkdtemp(prefix="bigrate-npsearch-"))
-            return RunDir.create(parent, "npsearchcv", None, cfg)
         path = Path(self.run_dir)
         if (path / "config.json").exists():
             run = RunDir.open(path)
@@ -240,38 +185,27 @@ class NPSearchCV(BaseEstimator):
         (path / "results").mkdir(exist_ok=True)
         return run
 
-    def _collect(self, results, points, n_folds):
-        mean_j, mean_pfa, mean_pnd, status = [], [], [], []
-        for i in range(len(points)):
-            recs = [results.get((i, k)) for k in range(n_folds)]
-            good = [r for r in recs if r is not None and r["status"] == "ok"]
-            if len(good) == n_folds:
-                mean_j.append(np.mean([r["metrics"]["J_val"] for r in good]))
-                mean_pfa.append(np.mean([r["metrics"]["pfa"] for r in good]))
-                mean_pnd.append(np.mean([r["metrics"]["pnd"] for r in good]))
-                status.append("ok")
-            else:
-                mean_j.append(np.nan)
-                mean_pfa.append(np.nan)
-                mean_pnd.append(np.nan)
-                status.append("failed")
-        self.cv_results_ = {
-            "params": points,
-            "mean_J_val": np.array(mean_j),
-            "mean_pfa": np.array(mean_pfa),
-            "mean_pnd": np.array(mean_pnd),
-            "status": np.array(status),
-        }
+    def _collect(self, table, results, points):
+        keys = ("J_val", "pfa", "pnd")
+        res = {"params": points}
+        for key in keys:
+            for stat in ("mean", "std"):
+                res[f"{stat}_{key}"] = np.array(
+                    [r.get(f"{stat}_{key}", np.nan) if r["complete"] else np.nan
+                     for r in table]
+                )  # fmt: skip
+        res["status"] = np.array(["ok" if r["complete"] else "failed" for r in table])
+        best = select_best(table, "J_val")
+        order = np.argsort(np.where(np.isnan(res["mean_J_val"]), np.inf,
+                                    res["mean_J_val"]), kind="stable")  # fmt: skip
+        rank = np.empty(len(points), int)
+        rank[order] = np.arange(1, len(points) + 1)
+        res["rank_J_val"] = rank
+        self.cv_results_ = res
         self.n_failed_ = sum(1 for r in results.values() if r["status"] != "ok")
-        if not np.isfinite(self.cv_results_["mean_J_val"]).any():
-            raise RuntimeError(
-                "every parameter point failed; see the run directory's "
-                "results/ for the errors"
-            )
-        best = int(np.nanargmin(self.cv_results_["mean_J_val"]))
-        self.best_index_ = best
-        self.best_params_ = points[best]
-        self.best_score_ = float(self.cv_results_["mean_J_val"][best])
+        self.best_index_ = int(best["point"])
+        self.best_params_ = points[self.best_index_]
+        self.best_score_ = float(best["mean_J_val"])
 
     def decision_function(self, X):
         check_is_fitted(self, "best_estimator_")

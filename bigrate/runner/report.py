@@ -20,7 +20,7 @@ from bigrate._plot import pyplot, save_png
 from bigrate.data.reader import ShardedDataset
 from bigrate.io import load_model
 from bigrate.metrics import roc_points
-from bigrate.runner.rundir import RunDir
+from bigrate.rundir import RunDir
 from bigrate.runner.status import format_metrics
 
 plt = pyplot()
@@ -83,10 +83,11 @@ def _numeric(vals) -> bool:
 
 
 def plot_sweep(sweep: dict, path: Path) -> Path | None:
-    rows = [r for r in sweep["points"] if sweep["select"] in r]
+    sel = sweep["select"]
+    col = f"mean_{sel}"  # the per-point summary's column (mean over the folds)
+    rows = [r for r in sweep["points"] if col in r]
     if not rows:
         return None
-    sel = sweep["select"]
     keys = sorted(rows[0]["params"])
     fig, ax = plt.subplots(figsize=(5.6, 4.2))
     if len(keys) == 2:
@@ -100,9 +101,7 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
         )
         grid = np.full((len(ys), len(xs)), np.nan)
         for r in rows:
-            grid[ys.index(r["params"][keys[1]]), xs.index(r["params"][keys[0]])] = r[
-                sel
-            ]
+            grid[ys.index(r["params"][keys[1]]), xs.index(r["params"][keys[0]])] = r[col]
         im = ax.imshow(
             grid,
             origin="lower",
@@ -118,20 +117,20 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
         vals = [r["params"][keys[0]] for r in rows]
         if _numeric(vals):
             rs = sorted(rows, key=lambda r: r["params"][keys[0]])
-            ax.plot([r["params"][keys[0]] for r in rs], [r[sel] for r in rs], "o-")
+            ax.plot([r["params"][keys[0]] for r in rs], [r[col] for r in rs], "o-")
             if all(v > 0 for v in vals):
                 ax.set_xscale("log")
         else:
-            ax.bar([_lab(v) for v in vals], [r[sel] for r in rows])
+            ax.bar([_lab(v) for v in vals], [r[col] for r in rows])
         ax.set_xlabel(keys[0])
         ax.set_ylabel(sel)
     else:
-        ax.bar(range(len(rows)), [r[sel] for r in rows])
+        ax.bar(range(len(rows)), [r[col] for r in rows])
         ax.set_xlabel("grid point")
         ax.set_ylabel(sel)
     b = sweep["best"]
     ax.set_title(
-        f"sweep: {sel} per point (best {b[sel]:.4g} at {b['params']})", fontsize=8
+        f"sweep: {sel} per point (best {b[col]:.4g} at {b['params']})", fontsize=8
     )
     return save_png(fig, path)
 

@@ -37,16 +37,11 @@ from pathlib import Path
 
 import tomllib
 
-KINDS = ("train", "sweep", "evaluate")
-ENGINES = ("local", "dask", "ray")
-SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
+from bigrate.engines import ENGINES
+from bigrate.model_selection.sweep import SELECT
+from bigrate.runner.registry import ESTIMATORS, estimator_class
 
-# estimator name -> (module, class, target parameter, default selection rule)
-ESTIMATORS = {
-    "NeymanPearsonSGD": ("bigrate.linear", "NeymanPearsonSGD", "rho", "J_val"),
-    "QValueSGD": ("bigrate.linear", "QValueSGD", "q", "accepted"),
-    "NeymanPearsonSVC": ("bigrate.kernel", "NeymanPearsonSVC", "rho", "J_val"),
-}
+KINDS = ("train", "sweep", "evaluate")
 
 _SCHEMA = {
     "job": {"kind": str, "name": str},
@@ -122,13 +117,6 @@ def _type_name(t) -> str:
     }.get(t, t.__name__)
 
 
-def _estimator_class(name: str):
-    import importlib
-
-    mod, cls, _, _ = ESTIMATORS[name]
-    return getattr(importlib.import_module(mod), cls)
-
-
 def _check_params(
     est_name: str,
     params: dict,
@@ -142,7 +130,7 @@ def _check_params(
         validate_parameter_constraints,
     )
 
-    cls = _estimator_class(est_name)
+    cls = estimator_class(est_name)
     valid = cls().get_params()
     constraints = getattr(cls, "_parameter_constraints", {})
     for k, v in params.items():
@@ -309,7 +297,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         if isinstance(cv, int) and cv < 2:
             problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv}')
         if select is None and est in ESTIMATORS:
-            select = ESTIMATORS[est][3]
+            select = ESTIMATORS[est].select
         if select is not None and select not in SELECT:
             problems.append(
                 f"sweep.select: must be one of {', '.join(SELECT)}, got {select!r}"

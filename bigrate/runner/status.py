@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bigrate.runner.rundir import RunDir
+from bigrate.rundir import RunDir
 
 
 def format_metrics(metrics: dict) -> str:
@@ -26,7 +26,7 @@ def format_metrics(metrics: dict) -> str:
         b = sw["best"]
         lines.append(
             f"sweep: best point {b['point']} {b['params']} ({sw['select']} "
-            f"{b[sw['select']]:.4g}); {len(sw['points'])} points, "
+            f"{b['mean_' + sw['select']]:.4g}); {len(sw['points'])} points, "
             f"{sw['failed_tasks']} failed task(s)"
         )
     return "\n".join(lines)

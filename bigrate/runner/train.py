@@ -11,30 +11,10 @@ import time
 from pathlib import Path
 
 from bigrate.data.reader import ShardedDataset
-from bigrate.io import _jsonable
-from bigrate.metrics import evaluate_stream
-
-ESTIMATORS = {
-    "NeymanPearsonSGD": ("bigrate.linear", "NeymanPearsonSGD", "rho"),
-    "QValueSGD": ("bigrate.linear", "QValueSGD", "q"),
-}
-ENGINES = ("local", "dask")
-
-
-def make_estimator(name: str, params: dict):
-    import importlib
-
-    if name not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {sorted(ESTIMATORS)}, got {name!r}")
-    mod, cls, _ = ESTIMATORS[name]
-    est_cls = getattr(importlib.import_module(mod), cls)
-    valid = set(est_cls().get_params())
-    unknown = sorted(set(params) - valid)
-    if unknown:
-        raise ValueError(
-            f"{name} has no parameter(s) {unknown}; valid: {sorted(valid)}"
-        )
-    return est_cls(**params)
+from bigrate.engines import ENGINES, open_engine
+from bigrate.files import jsonable
+from bigrate.runner.job import evaluate_model, fit_on_engine
+from bigrate.runner.registry import entry, make_estimator
 
 
 def train(
@@ -55,41 +35,28 @@ def train(
     ds = dataset if isinstance(dataset, ShardedDataset) else ShardedDataset(dataset)
     est = make_estimator(estimator, params)
     t0 = time.perf_counter()
-    if engine == "dask":
-        from bigrate.engines.dask import DaskEngine, fit_dask
-
-        with DaskEngine(address, n_workers=workers) as eng:
-            fit_dask(est, ds, eng, progress=progress)
-    else:
-        est.set_params(verbose=1 if progress else 0)
-        est.fit(ds)
+    with open_engine(engine, address, n_workers=workers) as eng:
+        est = fit_on_engine(est, ds, eng, progress)
     fit_s = time.perf_counter() - t0
-    target_name = ESTIMATORS[estimator][2]
-    target = est.get_params()[target_name]
+    target_name = entry(estimator).target
     result = {
         "dataset": ds.path,
         "estimator": estimator,
-        "params": _jsonable(est.get_params()),
+        "params": jsonable(est.get_params()),
         "engine": engine,
         "fit_seconds": fit_s,
-        target_name: target,
+        target_name: est.get_params()[target_name],
         "multiplier": est.multiplier_,
-        "evaluation": {},
+        "evaluation": evaluate_model(est, ds, ds.splits),
     }
-    for split in ds.splits:
-        c = evaluate_stream(est.decision_function, ds, split)
-        ev = {"pfa": c.pfa, "pnd": c.pnd, "n_pos": c.n_pos, "n_neg": c.n_neg}
-        if target_name == "rho":
-            ev["j_val"] = c.j_val(target)
-        result["evaluation"][split] = ev
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         est.save(out / "model")
-        from bigrate.data.writer import atomic_write_text
+        from bigrate.files import atomic_write_text
 
         atomic_write_text(
-            out / "result.json", json.dumps(_jsonable(result), indent=2) + "\n"
+            out / "result.json", json.dumps(jsonable(result), indent=2) + "\n"
         )
         result["out"] = str(out)
     return result

@@ -180,7 +180,7 @@ def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):
 
 
 def test_two_runs_never_share_a_run_directory(tmp_path, synth):
-    from bigrate.runner.rundir import RunDir, RunLockedError
+    from bigrate.rundir import RunDir, RunLockedError
 
     run = RunDir.create(tmp_path / "runs", "x", None, {"job": {}})
     with pytest.raises(RunLockedError, match=f"in use by pid {os.getpid()}"):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bigrate.data.prep.csv import prep_csv, prep_pin
 from bigrate.data.prep.svmlight import prep_svmlight
-from bigrate.data.writer import sha256_file
 from bigrate.errors import DataError
+from bigrate.files import sha256_file
 
 
 def find_shared_data(shared: str | os.PathLike | None = None) -> Path:

@@ -9,7 +9,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from bigrate import BPSPSearchCV, CostSensitiveSVC
 from bigrate.kernel.smo import cross_kernel
-from bigrate.model_selection.bpsp import Partitioner, invariant_cells
+from bigrate.model_selection.bpsp.partition import Partitioner, invariant_cells
 
 
 def _data(n, seed=0):
@@ -180,7 +180,8 @@ def test_an_overlay_geos_gives_up_on_is_redone_on_a_coarser_grid():
     # the 1e-12 grid; the overlay is redone on repaired inputs and counted
     from shapely.errors import GEOSException
 
-    from bigrate.model_selection.bpsp import GRID, Diagnostics, overlay
+    from bigrate.model_selection.bpsp.geometry import GRID, overlay
+    from bigrate.model_selection.bpsp.partition import Diagnostics
 
     a, b = shapely.box(0, 0, 1, 1), shapely.box(0.5, 0, 1.5, 1)
     grids = []

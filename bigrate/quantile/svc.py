@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import (
     _check_sample_weight,
@@ -31,10 +31,11 @@ from sklearn.utils.validation import (
 )
 from threadpoolctl import threadpool_limits
 
-from bigrate._validation import binary_classes
+from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.errors import BigrateWarning
-from bigrate.path import _quantile_kernels as K
 from bigrate.progress import Progress
+from bigrate.quantile import _kernels as K
+from bigrate.solvers import dual_cd
 
 # direction="auto" solves densely up to this many design columns (a d x d eigenproblem
 # per primal direction), and by Cholesky on the Gram matrix up to this |M|
@@ -48,7 +49,7 @@ _ARRAYS = (
 )  # fmt: skip
 
 
-class QuantilePathSVC(ClassifierMixin, BaseEstimator):
+class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
     """Linear SVM for every quantile tau in [0, 1] from one fit (Yu et al. 2009, Alg. 1).
 
     tau is the share of the misclassification cost put on false positives: the SVM at
@@ -215,12 +216,12 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         )
         t0 = time.perf_counter()
         sqn = np.empty(n)
-        K.row_sq_norms(Xt[0], Xt[1], Xt[2], sqn)
+        dual_cd.row_sq_norms(Xt[0], Xt[1], Xt[2], sqn)
         beta, w = np.zeros(n), np.zeros(d)
         status, epochs, viol = K.dcd_solve(
             Xt, sqn, kappa, 0.0, beta, w, self.tol, 100_000, 0
         )
-        if status != K.CONVERGED:
+        if status != dual_cd.CONVERGED:
             warnings.warn(
                 f"QuantilePathSVC: the initial solve at tau = 0 stopped after {epochs} "
                 f"epochs with KKT violation {viol:.2e} > tol = {self.tol:g}; the path "
@@ -490,6 +491,8 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         return np.asarray(X @ coef).ravel() + b
 
     def predict(self, X, tau=None):
+        """The SVM's sign at ``tau``: ``classes_[1]`` where w(tau)^T x + b(tau) > 0."""
+        check_is_fitted(self, "kinks_")
         return self.classes_[(self.decision_function(X, tau) > 0).astype(int)]
 
     # --------------------------------------------------------------- output
@@ -539,26 +542,9 @@ class QuantilePathSVC(ClassifierMixin, BaseEstimator):
         return save_png(fig, path)
 
     # ---------------------------------------------------------- persistence
-    def save(self, path):
-        """Save the whole path (kinks, index changes, alpha_M, training rows) as npz + JSON."""
-        check_is_fitted(self, "kinks_")
-        from bigrate.io import save_model
+    _persist_private = (*(k for k in _ARRAYS if k.startswith("_")), "_kappa")
 
-        arrays = {k: getattr(self, k) for k in _ARRAYS}
-        arrays["classes_"] = self.classes_
-        fitted = {
-            "n_features_in_": self.n_features_in_,
-            "n_kinks_": self.n_kinks_,
-            "diagnostics_": self.diagnostics_,
-            "_kappa": self._kappa,
-        }
-        return save_model(self, path, arrays=arrays, fitted=fitted)
-
-    def _restore(self, arrays, fitted):
-        for k, v in arrays.items():
-            setattr(self, k, v)
-        for k, v in fitted.items():
-            setattr(self, k, v)
+    def _after_load(self):
         self._set_tau_attributes(self.tau)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bigrate.model_selection.bpsp import _MOVE, Affine, Partitioner
+from bigrate.model_selection.bpsp.partition import _MOVE, Affine, Partitioner
 
 PROBE = 1e-7  # how far past a breakpoint a failed move is repaired by a solve
 

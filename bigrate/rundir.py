@@ -14,6 +14,10 @@ on and resumed.
 
 Every file is written through a temporary file renamed into place; ``events.jsonl`` is
 appended a line at a time with fsync, and a torn last line is skipped when read.
+
+The library's sweeps (:class:`bigrate.NPSearchCV`) and the job runner both keep their
+results here; :class:`MemoryStore` is the same interface without a directory, for a
+sweep that need not survive its process.
 """
 
 from __future__ import annotations
@@ -27,9 +31,7 @@ import socket
 import sys
 from pathlib import Path
 
-from bigrate.data.writer import _pid_alive as _alive
-from bigrate.data.writer import atomic_write_text
-from bigrate.io import _jsonable
+from bigrate.files import atomic_write_text, jsonable, pid_alive
 
 
 class RunLockedError(RuntimeError):
@@ -129,7 +131,7 @@ class RunDir:
                 if (
                     other.get("host") == socket.gethostname()
                     and pid > 0
-                    and not _alive(pid)
+                    and not pid_alive(pid)
                 ):
                     self.event("stale_lock_removed", pid=pid)
                     lock.unlink(missing_ok=True)
@@ -160,7 +162,7 @@ class RunDir:
             info = json.loads(lock.read_text() or "{}")
         except (OSError, json.JSONDecodeError):
             return None
-        if info.get("host") == socket.gethostname() and not _alive(
+        if info.get("host") == socket.gethostname() and not pid_alive(
             int(info.get("pid", -1))
         ):
             return None
@@ -168,13 +170,13 @@ class RunDir:
 
     # -- files ------------------------------------------------------------------
     def write_json(self, name: str, obj) -> None:
-        atomic_write_text(self.path / name, json.dumps(_jsonable(obj), indent=2) + "\n")
+        atomic_write_text(self.path / name, json.dumps(jsonable(obj), indent=2) + "\n")
 
     def read_json(self, name: str):
         return json.loads((self.path / name).read_text())
 
     def event(self, event_name: str, **fields) -> None:
-        line = json.dumps(_jsonable({"time": _now(), "event": event_name, **fields}))
+        line = json.dumps(jsonable({"time": _now(), "event": event_name, **fields}))
         with open(self.path / "events.jsonl", "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
@@ -236,3 +238,30 @@ class RunDir:
         tmp = self.path / ".results.parquet.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.path / "results.parquet")
+
+
+class MemoryStore:
+    """The results interface of :class:`RunDir` (``results``, ``save_result``,
+    ``event``, ``write_results_table``) kept in memory: a sweep without a run
+    directory leaves nothing on disk."""
+
+    path = None
+
+    def __init__(self):
+        self._results: dict[tuple[int, int], dict] = {}
+        self.log: list[dict] = []
+
+    def results(self) -> dict[tuple[int, int], dict]:
+        return dict(self._results)
+
+    def save_result(self, point: int, fold: int, record: dict) -> None:
+        self._results[(int(point), int(fold))] = record
+
+    def event(self, event_name: str, **fields) -> None:
+        self.log.append({"time": _now(), "event": event_name, **fields})
+
+    def write_results_table(self) -> None:
+        pass
+
+    def unlock(self) -> None:
+        pass

@@ -9,7 +9,7 @@ import pytest
 from sklearn.svm import LinearSVC
 
 from bigrate import BigrateWarning, RateConstrainedClassifier
-from bigrate.constraints import (
+from bigrate.constrained import (
     churn,
     count_false_negatives,
     count_false_positives,
@@ -27,7 +27,7 @@ from bigrate.constraints import (
     recall,
     true_negative_rate,
 )
-from bigrate.path.rate_constrained import _Compiled, _Data, _hinge_terms, ramp
+from bigrate.constrained.classifier import _Compiled, _Data, _hinge_terms, ramp
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -196,7 +196,7 @@ def test_recall_and_churn_from_the_deployed_model_as_start():
     0/1 recall), and the answer beats it on the objective."""
     from types import SimpleNamespace
 
-    from bigrate.constraints import count_false_positives, recall
+    from bigrate.constrained import count_false_positives, recall
 
     X, y, _ = _toy(n=900, seed=5)
     deployed = LinearSVC(C=0.01).fit(X[:100] + 0.3, y[:100])
@@ -273,7 +273,7 @@ def test_bad_input_is_caught_before_training():
 
 
 def test_plot(tmp_path):
-    from bigrate.path import plot_target_vs_achieved
+    from bigrate.constrained import plot_target_vs_achieved
 
     recs = [{"target": t, "train": t + 0.01, "test": t - 0.02} for t in (0.5, 0.8)]
     out = plot_target_vs_achieved(recs, tmp_path / "p.png")

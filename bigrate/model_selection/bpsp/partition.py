@@ -33,50 +33,29 @@ overlapping regions (non-unique solutions) give the overlap to the earlier one.
 The (C+, C-) triangle C+ + C- <= 1 is partitioned the same way in the 2C-SVM's own
 dual (boxes C+ / C-, margin level 1), where the solution is affine in (C+, C-): see
 :class:`Space`. Polygons are shapely's, overlays on a fixed precision grid.
+
 """
 
 from __future__ import annotations
 
-import math
-import warnings
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import numpy as np
 import shapely
 import shapely.geometry
 from shapely.geometry import Polygon, box
-from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import validate_data
+
+from bigrate.model_selection.bpsp.geometry import (
+    clip,
+    facets,
+    halfplanes,
+    largest,
+    overlay,
+    parts,
+    polygonal,
+)
 
 R_SET, M_SET, E_SET = 0, 1, 2
-GRID = 1e-12  # precision grid of shapely's unions and overlays (parameters are O(1))
-REPAIR_GRIDS = (1e-10, 1e-8)  # coarser grids tried when GEOS gives up on GRID
-
-
-def overlay(op, *geoms, diag=None):
-    """``op(*geoms)`` (a shapely set operation) on the precision grid GRID. On thin,
-    nearly coincident regions GEOS can still give up ("TopologyException: unable to
-    assign free hole to a shell", seen on breast-cancer fold 0); the inputs are then
-    repaired (make_valid) and snapped to a coarser grid (a shift of 1e-10 in lambda or
-    eta, far below any region's width that matters), and the repair is counted in
-    ``diag.geometry_repairs``."""
-    try:
-        return op(*geoms, grid_size=GRID)
-    except shapely.errors.GEOSException as e:
-        err = e
-    for grid in REPAIR_GRIDS:
-        fixed = [shapely.set_precision(shapely.make_valid(g), grid) for g in geoms]
-        try:
-            out = op(*fixed, grid_size=grid)
-        except shapely.errors.GEOSException as e:
-            err = e
-            continue
-        if diag is not None:
-            diag.geometry_repairs += 1
-        return out
-    raise err
 
 
 @dataclass(frozen=True)
@@ -197,95 +176,6 @@ def inequalities(aff: Affine, y, state, space=SPACES["lambda_eta"], box=None):
     if not aff.consistent:  # 0 <= -1: an empty region
         out = np.vstack([out, [0.0, 0.0, -1.0, -1, -1]])
     return out
-
-
-def halfplanes(abc, bounds):
-    """Polygons of the half-planes a x + b y <= c (rows of ``abc``) over the region
-    ``bounds``: shapely has no half-plane type, so each is a square with one side on
-    the line, large enough to hold the bounds."""
-    abc = np.atleast_2d(np.asarray(abc, float))
-    out = np.empty(len(abc), dtype=object)
-    out[:] = [_halfplane(a, b, c, bounds) for a, b, c in abc.tolist()]
-    return out
-
-
-def _halfplane(a, b, c, bounds):
-    """One half-plane of :func:`halfplanes` (scalar arithmetic: a handful are needed
-    at a time, where numpy's per-call overhead dominated)."""
-    x0, y0, x1, y1 = bounds
-    extent = max(x1 - x0, y1 - y0, 1e-12)
-    norm = math.hypot(a, b)
-    if norm < 1e-300:  # 0 <= c: everything; otherwise nothing
-        if c >= 0:
-            return box(x0 - extent, y0 - extent, x1 + extent, y1 + extent)
-        return Polygon()
-    mx, my = (x0 + x1) / 2, (y0 + y1) / 2
-    ux, uy = a / norm, b / norm  # unit normal, towards the violated side
-    dist = (a * mx + b * my - c) / norm
-    qx, qy = mx - dist * ux, my - dist * uy  # mid projected onto the line
-    dx, dy = -uy, ux
-    L = 2.0 * extent + abs(dist) + 1.0
-    p, q = (qx - L * dx, qy - L * dy), (qx + L * dx, qy + L * dy)
-    ring = [p, q, (q[0] - L * ux, q[1] - L * uy), (p[0] - L * ux, p[1] - L * uy), p]
-    return shapely.polygons(np.array(ring))
-
-
-def clip(poly, ineq, tol):
-    """poly cut by the inequalities a . x <= c + tol. Returns the cut polygon and the
-    inequalities not already met at every vertex of ``poly`` (a convex poly meets
-    those everywhere; the others are the candidates for its facets). The cuts are
-    made one half-plane at a time, the deepest cut first, each against the current
-    polygon's vertices: a region has a handful of edges, so a handful of cuts
-    replaces an overlay of every candidate (5-8x less GEOS time)."""
-    if poly.is_empty:
-        return poly, np.zeros(0, int)
-    V = shapely.get_coordinates(poly)[:-1]
-    viol = (V @ ineq[:, :2].T - ineq[:, 2]) > tol
-    active = np.flatnonzero(viol.any(axis=0))
-    if len(active) == 0:
-        return poly, active
-    abc = ineq[active, :3].copy()
-    abc[:, 2] += tol
-    norm = np.maximum(np.hypot(abc[:, 0], abc[:, 1]), 1e-300)
-    P, bounds = poly, poly.bounds
-    # after its cut a line holds only up to rounding: never cut by it twice
-    done = np.zeros(len(active), bool)
-    for _ in range(len(active)):
-        depth = (V @ abc[:, :2].T - abc[:, 2]).max(axis=0) / norm
-        depth[done] = -np.inf
-        k = int(np.argmax(depth))
-        if depth[k] <= 0:
-            break
-        done[k] = True
-        P = _largest(shapely.intersection(P, _halfplane(*abc[k].tolist(), bounds)))
-        if P is None:
-            return Polygon(), active
-        V = shapely.get_coordinates(P)[:-1]
-    return P, active
-
-
-def facets(poly, ineq, candidates, tol, across=None):
-    """The candidate inequalities whose line carries an edge of ``poly`` (its
-    compact representation within the piece it was cut from). With ``across`` (a
-    distance), also a point that far beyond the middle of each such edge."""
-    if poly.is_empty or len(candidates) == 0:
-        return [] if across is None else ([], np.zeros((0, 2)))
-    V = np.array(poly.exterior.coords)
-    A = ineq[candidates]
-    scale = np.maximum(np.abs(A[:, :2]).max(axis=1), 1e-300)
-    slack = 1e3 * tol * np.maximum(1.0, np.abs(A[:, 2])) + tol * scale
-    on = np.abs(V @ A[:, :2].T - A[:, 2]) <= slack  # vertices x candidates
-    both = on[:-1] & on[1:]  # edges x candidates: two consecutive vertices on it
-    edge = both.any(axis=0)
-    out = [int(k) for k in np.asarray(candidates)[edge]]
-    if across is None:
-        return out
-    e = both[:, edge].argmax(axis=0)  # an edge on each facet's line
-    mid = (V[e] + V[e + 1]) / 2
-    normal = A[edge, :2] / np.maximum(np.hypot(A[edge, 0], A[edge, 1]), 1e-300)[:, None]
-    # no farther than a thousandth of the edge: small regions have small neighbours
-    dist = np.minimum(across, 1e-3 * np.hypot(*(V[e + 1] - V[e]).T))
-    return out, mid + dist[:, None] * normal
 
 
 @dataclass
@@ -611,7 +501,7 @@ class Partitioner:
                 [regions[m].polygon for m in j[i == k]],
                 diag=self.diag,
             )
-            regions[k].polygon = _polygonal(
+            regions[k].polygon = polygonal(
                 overlay(shapely.difference, regions[k].polygon, taken, diag=self.diag)
             )
             self.diag.overlaps += 1
@@ -638,7 +528,7 @@ class Partitioner:
             for i, k in enumerate(fac):
                 # X n {facet k violated} n {facets before it held} (Theorem 2)
                 abc = np.concatenate([-ineq[[k], :3], ineq[fac[:i], :3]])
-                piece = _largest(
+                piece = largest(
                     shapely.intersection_all([X, *halfplanes(abc, X.bounds)])
                 )
                 if piece is None:
@@ -667,7 +557,7 @@ class Partitioner:
             if aff.singular:
                 self.diag.singular_systems += 1
             P, active = clip(X, ineq, self.tol)
-            P = _largest(P)
+            P = largest(P)
             if P is not None and P.area > self.area_tol:
                 return P, state, aff, active, ineq
         self.diag.unresolved_pieces += 1
@@ -683,7 +573,7 @@ def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e
     one line. Returns [(cost-weighted errors, polygon)]: errors = cost_fn * false
     negatives + cost_fp * false positives (predicted positive iff f > 0)."""
     H = Kv @ (region.affine.alpha * y_train[:, None]) + region.affine.bprime
-    cells = _parts(region.polygon)  # one convex polygon, or parts left by overlaps
+    cells = parts(region.polygon)  # one convex polygon, or parts left by overlaps
     V = np.concatenate([np.array(c.exterior.coords)[:-1] for c in cells])
     vals = H[:, :1] + V[:, 0] * H[:, 1:2] + V[:, 1] * H[:, 2:3]  # rows x vertices
     scale = np.abs(H).max(axis=1, keepdims=True) + 1e-300
@@ -700,7 +590,7 @@ def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e
                 nxt.append(cell)
                 continue
             for half in halfplanes([[a, b, c], [-a, -b, -c]], cell.bounds):
-                nxt += _parts(cell.intersection(half))
+                nxt += parts(cell.intersection(half))
         cells = nxt
     out = []
     wrong_cost = np.where(y_val > 0, cost_fn, cost_fp)
@@ -711,64 +601,6 @@ def invariant_cells(region: Region, Kv, y_train, y_val, cost_fn, cost_fp, tol=1e
     return out
 
 
-def dissolve(pairs, diag=None):
-    """[(value, polygon)] -> {value: union of its polygons}."""
-    groups: dict = {}
-    for v, g in pairs:
-        groups.setdefault(round(v, 12), []).append(g)
-    # a fixed precision grid makes GEOS's overlay robust: in floating precision the
-    # union of wedges meeting at one point (all regions meet at C = 0) lost 3% of
-    # its area
-    return {
-        v: _polygonal(overlay(shapely.union_all, gs, diag=diag))
-        for v, gs in groups.items()
-    }
-
-
-def superpose(maps, diag=None):
-    """Sum of piecewise-constant maps {value: geometry} over the same rectangle: the
-    exact K-fold total for every parameter pair, dissolved by value."""
-    total = maps[0]
-    for m in maps[1:]:
-        pairs = []
-        for v1, g1 in total.items():
-            for v2, g2 in m.items():
-                if not g1.intersects(g2):
-                    continue
-                inter = _polygonal(overlay(shapely.intersection, g1, g2, diag=diag))
-                if inter.area > 0:
-                    pairs.append((v1 + v2, inter))
-        total = dissolve(pairs, diag)
-    return total
-
-
-def _polygonal(geom):
-    """The polygons of a geometry as one (Multi)Polygon: snapping to the precision
-    grid can leave collapsed slivers as lines or points."""
-    parts = _parts(geom)
-    if len(parts) == 1:
-        return parts[0]
-    return shapely.MultiPolygon(parts) if parts else Polygon()
-
-
-def _parts(geom):
-    """The polygons (of positive area) of a geometry."""
-    if geom is None or geom.is_empty:
-        return []
-    parts = getattr(geom, "geoms", [geom])
-    return [g for g in parts if g.geom_type == "Polygon" and g.area > 0]
-
-
-def _largest(geom):
-    if geom is None or geom.is_empty:
-        return None
-    if geom.geom_type == "Polygon":
-        return geom
-    parts = [g for g in getattr(geom, "geoms", []) if g.geom_type == "Polygon"]
-    return max(parts, key=lambda g: g.area) if parts else None
-
-
-# ---------------------------------------------------------------- the estimator
 def merge_duplicates(X, y):
     """Identical training rows with the same label merged into one: returns (rows,
     labels, multiplicities). Exact for the SVM: k copies of (x, y) share one slack,
@@ -781,342 +613,3 @@ def merge_duplicates(X, y):
     keep = np.sort(first)
     order = np.argsort(first)
     return X[keep], y[keep], counts[order].astype(float)
-
-
-def _fold_map(data, train, test, params):
-    """One task: the partition on the training rows and its invariant regions on the
-    test rows, dissolved by cost-weighted error; geometry as WKB (plain data)."""
-    import time
-
-    X, y = data
-    t0 = time.perf_counter()
-    Xt, yt, weight = merge_duplicates(X[train], y[train])
-    part = Partitioner(
-        Xt, yt, kernel=params["kernel"], gamma=params["gamma"],
-        coef0=params["coef0"], degree=params["degree"],
-        lambda_min=params["lambda_min"], max_regions=params["max_regions"],
-        method=params["method"], space=params["space"], weight=weight,
-    )  # fmt: skip
-    regions = part.run()
-    from bigrate.kernel.smo import cross_kernel
-
-    Kv = cross_kernel(X[test], Xt, params["kernel"], params["gamma"],
-                      params["coef0"], params["degree"])  # fmt: skip
-    pairs = []
-    for r in regions:
-        pairs += invariant_cells(r, Kv, yt, y[test], params["cost_fn"],
-                                 params["cost_fp"])  # fmt: skip
-    dmap = dissolve(pairs, part.diag)
-    distinct = len({r.state.tobytes() for r in regions})
-    return {
-        "map": [(v, shapely.to_wkb(g)) for v, g in dmap.items()],
-        "diagnostics": {**part.diag.as_dict(), "distinct_partitions": distinct,
-                        "merged_rows": int(len(train) - len(yt)),
-                        "invariant_cells": len(pairs),
-                        "seconds": time.perf_counter() - t0},
-    }  # fmt: skip
-
-
-class BPSPSearchCV(BaseEstimator):
-    """Exact K-fold cross-validation of the cost-sensitive SVM over every (C+, C-)
-    with C+ + C- >= 1 / lambda_max (Gu et al. 2015): the (lambda, eta) rectangle
-    [lambda_min, 1] x [0, 1] (lambda = 1 / (C+ + C-), eta = C+ / (C+ + C-)) is
-    partitioned into the critical regions of each training fold, each refined by the
-    sign pattern on its validation fold; superposing the folds gives the CV error of
-    every parameter pair as polygons, and the centre of the best one is returned.
-
-    Parameters
-    ----------
-    kernel, gamma, coef0, degree : as CostSensitiveSVC; ``gamma`` may be a list (one
-        partition per value).
-    cv : int >= 2 or an iterable of (train, test) index arrays
-    cost_fn, cost_fp : float > 0
-        Validation cost of a positive predicted negative / a negative predicted
-        positive (the paper's C(-,+) and C(+,-)).
-    engine : {"ray", "local"}; address: an existing Ray cluster (None: embedded Ray on
-        127.0.0.1). One task per (fold, gamma); the data go to the object store once.
-    lambda_min : float in (0, 1)
-        Smallest lambda (largest C+ + C- = 1 / lambda_min) searched.
-    max_regions : int
-        Per fold and gamma: stop with an error beyond this many regions.
-    run_dir : path or None
-        Where the partition is saved (``bpsp_partition.json``, GeoJSON-like, and the
-        CV-error map ``bpsp_cv_error.png``).
-    method : {"neighbours", "theorem2"}
-        "theorem2": Algorithm 1 with Theorem 2's pieces (each critical region met in
-        several pieces). "neighbours": each critical region once, whole, reached from
-        its neighbours (Theorem 3), gaps seeded by direct solves and overlaps given to
-        the earlier region (about 4x fewer regions, 2x faster). Both partition the
-        rectangle exactly.
-
-    spaces : list of {"lambda_eta", "c_pos_c_neg"}
-        The (lambda, eta) rectangle (C+ + C- from 1 to 1 / lambda_min) and the (C+, C-)
-        lower triangle (C+ + C- <= 1); both by default: all of C+ + C- <= 1/lambda_min.
-
-    Attributes
-    ----------
-    best_params_ (gamma, space, lambda, eta, C_pos, C_neg), cv_error_ (cost-weighted
-    errors per validation row), partition_ (per gamma and space: [{"cv_error",
-    "geometry"}] in that space's coordinates), diagnostics_ (the same keys, per fold),
-    best_estimator_ (CostSensitiveSVC refitted on all rows).
-    """
-
-    _parameter_constraints: dict = {
-        "kernel": [StrOptions({"linear", "rbf", "poly"})],
-        "gamma": "no_validation",
-        "coef0": [Real],
-        "degree": [Interval(Integral, 1, None, closed="left")],
-        "cv": "no_validation",
-        "cost_fn": [Interval(Real, 0, None, closed="neither")],
-        "cost_fp": [Interval(Real, 0, None, closed="neither")],
-        "engine": [StrOptions({"ray", "local"})],
-        "address": [str, None],
-        "lambda_min": [Interval(Real, 0, 1, closed="neither")],
-        "max_regions": [Interval(Integral, 1, None, closed="left")],
-        "run_dir": "no_validation",
-        "random_state": ["random_state"],
-        "progress": ["boolean"],
-        "method": [StrOptions({"neighbours", "theorem2"})],
-        "spaces": "no_validation",
-    }
-
-    def __init__(self, *, kernel="rbf", gamma="scale", coef0=0.0, degree=3, cv=5,
-                 cost_fn=1.0, cost_fp=1.0, engine="ray", address=None,
-                 lambda_min=1e-3, max_regions=20_000, run_dir=None, random_state=0,
-                 progress=True, method="neighbours",
-                 spaces=("lambda_eta", "c_pos_c_neg")):  # fmt: skip
-        self.kernel = kernel
-        self.gamma = gamma
-        self.coef0 = coef0
-        self.degree = degree
-        self.cv = cv
-        self.cost_fn = cost_fn
-        self.cost_fp = cost_fp
-        self.engine = engine
-        self.address = address
-        self.lambda_min = lambda_min
-        self.max_regions = max_regions
-        self.run_dir = run_dir
-        self.random_state = random_state
-        self.progress = progress
-        self.method = method
-        self.spaces = spaces
-
-    def _splits(self, X, y):
-        from sklearn.model_selection import StratifiedKFold
-
-        if isinstance(self.cv, (int, np.integer)) and not isinstance(self.cv, bool):
-            if self.cv < 2:
-                raise ValueError(f"cv must be >= 2 folds, got {self.cv}")
-            folds = StratifiedKFold(int(self.cv), shuffle=True,
-                                    random_state=self.random_state).split(X, y)  # fmt: skip
-        else:
-            try:
-                folds = list(self.cv)
-            except TypeError:
-                raise ValueError(
-                    "cv must be a fold count >= 2 or an iterable of (train, test) "
-                    f"index arrays, got {self.cv!r}"
-                ) from None
-        out = [(np.asarray(a), np.asarray(b)) for a, b in folds]
-        if len(out) < 2:
-            raise ValueError(f"cv gives {len(out)} fold(s); at least 2 are needed")
-        for k, (tr, te) in enumerate(out):
-            for name, idx in (("train", tr), ("test", te)):
-                if len(np.unique(y[idx])) < 2:
-                    raise ValueError(
-                        f"cv fold {k}: its {name} rows hold only class "
-                        f"{np.unique(y[idx]).tolist()}; each fold needs both classes"
-                    )
-        return out
-
-    def _gammas(self, X):
-        from bigrate.kernel.smo import resolve_gamma
-
-        raw = self.gamma if isinstance(self.gamma, (list, tuple)) else [self.gamma]
-        out = []
-        for g in raw:
-            if isinstance(g, str) and g in ("scale", "auto"):
-                out.append(resolve_gamma(g, X))
-            elif isinstance(g, Real) and g > 0:
-                out.append(float(g))
-            else:
-                raise ValueError(
-                    f"gamma must be a float > 0, 'scale', 'auto' or a list of them; "
-                    f"got {g!r}"
-                )
-        return out
-
-    def _engine(self):
-        if self.engine == "ray":
-            from bigrate.engines.ray import RayEngine
-
-            return RayEngine(self.address)
-        from bigrate.engines.local import LocalEngine
-
-        return LocalEngine()
-
-    def fit(self, X, y):
-        from bigrate._validation import binary_classes
-        from bigrate.kernel.svc import CostSensitiveSVC
-        from bigrate.progress import Progress
-
-        self._validate_params()
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        yy = binary_classes(self, y).astype(float)
-        splits = self._splits(X, yy)
-        gammas = self._gammas(X)
-        bad = [sp for sp in self.spaces if sp not in SPACES] or not len(self.spaces)
-        if bad:
-            raise ValueError(
-                f"spaces must be a non-empty list of {sorted(SPACES)}, got "
-                f"{self.spaces!r}"
-            )
-        base = {"kernel": self.kernel, "coef0": float(self.coef0),
-                "degree": int(self.degree), "lambda_min": float(self.lambda_min),
-                "max_regions": int(self.max_regions), "cost_fn": float(self.cost_fn),
-                "cost_fp": float(self.cost_fp), "method": self.method}  # fmt: skip
-        spaces = list(dict.fromkeys(self.spaces))
-        tasks = [(g, sp, k) for g in range(len(gammas)) for sp in spaces
-                 for k in range(len(splits))]  # fmt: skip
-        bar = Progress("BPSP folds", total=len(tasks), enabled=self.progress)
-        results = {}
-        with self._engine() as eng:
-            handle = eng.put((X, yy))
-            args = [(handle, splits[k][0], splits[k][1],
-                     {**base, "gamma": gammas[g], "space": sp})
-                    for g, sp, k in tasks]  # fmt: skip
-            for j, res in eng.map(_fold_map, args):
-                g, sp, k = tasks[j]
-                if isinstance(res, Exception):
-                    raise RuntimeError(
-                        f"BPSP task (gamma={gammas[g]:g}, {sp}, fold {k}) failed: {res}"
-                    ) from res
-                results[tasks[j]] = res
-                bar.update(1)
-        bar.close()
-        n_val = sum(len(te) for _, te in splits)
-        self.partition_, self.diagnostics_ = {}, {}
-        best = None
-        for g, gamma in enumerate(gammas):
-            self.partition_[gamma], self.diagnostics_[gamma] = {}, {}
-            for sp in spaces:
-                maps = [
-                    {v: shapely.from_wkb(w) for v, w in results[(g, sp, k)]["map"]}
-                    for k in range(len(splits))
-                ]
-                fix = Diagnostics()
-                total = superpose(maps, fix)
-                if fix.geometry_repairs:
-                    warnings.warn(
-                        f"gamma={gamma:g}, {sp}: {fix.geometry_repairs} overlays of "
-                        f"the fold superposition were repaired on a grid of "
-                        f"{REPAIR_GRIDS[-1]:g} or finer (GEOS topology errors)",
-                        stacklevel=2,
-                    )
-                cells = sorted(((v / n_val, geom) for v, geom in total.items()),
-                               key=lambda t: t[0])  # fmt: skip
-                self.partition_[gamma][sp] = [
-                    {"cv_error": e, "geometry": shapely.geometry.mapping(geom)}
-                    for e, geom in cells
-                ]
-                self.diagnostics_[gamma][sp] = [
-                    results[(g, sp, k)]["diagnostics"] for k in range(len(splits))
-                ]
-                if best is None or cells[0][0] < best[0]:
-                    best = (cells[0][0], gamma, sp, cells[0][1])
-        err, gamma, sp, geom = best
-        piece = _largest(geom)
-        centre = piece.centroid
-        if not piece.contains(centre):
-            centre = piece.representative_point()
-        c_pos, c_neg = SPACES[sp].costs(centre.x, centre.y)
-        self.cv_error_ = float(err)
-        self.best_params_ = {"gamma": gamma, "space": sp, "lambda": 1 / (c_pos + c_neg),
-                             "eta": c_pos / (c_pos + c_neg), "C_pos": c_pos,
-                             "C_neg": c_neg}  # fmt: skip
-        self.best_estimator_ = CostSensitiveSVC(
-            C_pos=max(c_pos, 1e-12), C_neg=max(c_neg, 1e-12),
-            kernel=self.kernel, gamma=gamma, coef0=self.coef0, degree=self.degree,
-        ).fit(X, y)  # fmt: skip
-        if self.run_dir is not None:
-            self._save()
-        return self
-
-    def decision_function(self, X):
-        return self.best_estimator_.decision_function(X)
-
-    def predict(self, X):
-        return self.best_estimator_.predict(X)
-
-    def plot(self, path, gamma=None):
-        """The CV-error map as PNG: the (lambda, eta) rectangle, and every searched
-        space over (log2 C+, log2 C-) (edges densified before the change of
-        coordinates, which bends them)."""
-        from matplotlib.collections import PolyCollection
-
-        from bigrate._plot import pyplot, save_png
-
-        gamma = self.best_params_["gamma"] if gamma is None else gamma
-        fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
-        for ax, log_c in zip(axes, (False, True), strict=True):
-            polys, vals = [], []
-            for sp, cells in self.partition_[gamma].items():
-                if not log_c and sp != "lambda_eta":
-                    continue
-                for c in cells:
-                    geom = shapely.geometry.shape(c["geometry"])
-                    for part in _parts(geom):
-                        xy = np.array(shapely.segmentize(part, 0.01).exterior.coords)
-                        if log_c:
-                            xy = np.clip(xy, 1e-4, None)
-                            if sp == "lambda_eta":
-                                eta = np.clip(xy[:, 1], 1e-4, 1 - 1e-4)
-                                xy = np.c_[eta / xy[:, 0], (1 - eta) / xy[:, 0]]
-                            xy = np.log2(xy)
-                        polys.append(xy)
-                        vals.append(c["cv_error"])
-            if not polys:
-                ax.set_axis_off()
-                continue
-            pc = PolyCollection(polys, array=np.array(vals), cmap="viridis",
-                                edgecolors="none")  # fmt: skip
-            ax.add_collection(pc)
-            ax.autoscale()
-            bp = self.best_params_
-            best = ((np.log2(max(bp["C_pos"], 1e-4)), np.log2(max(bp["C_neg"], 1e-4)))
-                    if log_c else (bp["lambda"], bp["eta"]))  # fmt: skip
-            ax.plot(*best, "r*", ms=12)
-            ax.set_xlabel("log2 C+" if log_c else "lambda = 1 / (C+ + C-)")
-            ax.set_ylabel("log2 C-" if log_c else "eta = C+ / (C+ + C-)")
-            fig.colorbar(pc, ax=ax, label="CV error")
-        fig.suptitle(f"BPSP CV error (gamma {gamma:.4g}), best {self.cv_error_:.4f}")
-        return save_png(fig, path)
-
-    def _save(self):
-        import json
-        from pathlib import Path
-
-        from bigrate.data.writer import atomic_write_text
-
-        out = {
-            "best_params": self.best_params_,
-            "cv_error": self.cv_error_,
-            "partition": [
-                {"gamma": g, "space": sp, "cells": cells}
-                for g, per in self.partition_.items()
-                for sp, cells in per.items()
-            ],
-            "diagnostics": [
-                {"gamma": g, "space": sp, "folds": d}
-                for g, per in self.diagnostics_.items()
-                for sp, d in per.items()
-            ],
-        }
-        path = Path(self.run_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path / "bpsp_partition.json", json.dumps(out) + "\n")
-        self.plot(path / "bpsp_cv_error.png")
-
-
-__all__ = ["BPSPSearchCV", "Partitioner", "affine_solution", "inequalities"]

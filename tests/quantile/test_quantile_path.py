@@ -165,7 +165,7 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
     QPs (free, lower-bounded and upper-bounded variables mixed)."""
     from scipy.optimize import nnls as scipy_nnls
 
-    from bigrate.path import _quantile_kernels as K
+    from bigrate.quantile import _kernels as K
 
     rng = np.random.default_rng(0)
     for _ in range(100):
@@ -204,7 +204,7 @@ def test_cholesky_factor_updated_by_appends_and_removals_equals_a_fresh_one():
     """The box QP's factor of G[free, free] is grown by appends and shrunk by
     removals (Givens); after any sequence it must be the factor of the current free
     set and solve with it."""
-    from bigrate.path import _quantile_kernels as K
+    from bigrate.quantile import _kernels as K
 
     rng = np.random.default_rng(1)
     for _ in range(50):
@@ -380,7 +380,7 @@ def test_gram_matrix_kept_between_kinks_equals_a_fresh_one():
     back with its old rows at their old positions, it equals Q_MM built afresh."""
     import scipy.sparse as sp
 
-    from bigrate.path import _quantile_kernels as K
+    from bigrate.quantile import _kernels as K
 
     rng = np.random.default_rng(3)
     X = sp.random(60, 12, density=0.4, random_state=4, format="csr")

@@ -5,7 +5,7 @@ Rates use the ramp sigma(t) = max(0, min(1, 1/2 + t)) of the score z = w^T x + b
 module keeps the usual ``+ b``; the paper writes ``- b``): s_p(D) = mean sigma(z),
 s_n(D) = mean sigma(-z). Problem 2: minimise ``alpha/2 ||w||^2 + objective`` subject to
 ``constraint_j <= 0``, each a non-negative combination of rates plus a constant
-(:mod:`bigrate.constraints` normalises them).
+(:mod:`bigrate.constrained` normalises them).
 
 Algorithm 1 (majorisation-minimisation): at the current scores z', each s_p term is
 bounded by the convex, tight hinge max(0, 1/2 + z) where z' <= 1/2 and by the constant 1
@@ -24,15 +24,15 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bigrate._validation import binary_classes
-from bigrate.constraints import Constraint, Expr, Subset
+from bigrate.base import RateClassifierMixin, binary_classes
+from bigrate.constrained.vocabulary import Constraint, Expr, Subset
 from bigrate.data.reader import ShardedDataset, is_dataset
 from bigrate.errors import BigrateWarning
-from bigrate.path import _quantile_kernels as QK
+from bigrate.solvers import dual_cd
 
 
 def ramp(t):
@@ -331,7 +331,7 @@ def _hinge_terms(A, z):
     return float(A[0] @ np.maximum(0.0, 0.5 + z) + A[1] @ np.maximum(0.0, 0.5 - z))
 
 
-class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
+class RateConstrainedClassifier(RateClassifierMixin, BaseEstimator):
     """Linear classifier trained with dataset constraints (Goh et al. 2016, Alg. 1-2).
 
     Minimises ``alpha/2 ||w||^2 + objective`` subject to every constraint, with rates
@@ -385,7 +385,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
     --------
     >>> import numpy as np
     >>> from bigrate import RateConstrainedClassifier
-    >>> from bigrate.constraints import error_rate, positive_rate
+    >>> from bigrate.constrained import error_rate, positive_rate
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((400, 3)); g = np.where(rng.random(400) < 0.5, "A", "B")
     >>> X[g == "A", 0] -= 1.0  # group A scores lower
@@ -458,7 +458,7 @@ class RateConstrainedClassifier(ClassifierMixin, BaseEstimator):
         in rates); ``datasets``: name -> X or dict(X=, y=, groups=) for rates on
         other, possibly unlabeled, data (X may be a ShardedDataset there too, with
         ``split=``)."""
-        from bigrate.constraints import error_rate
+        from bigrate.constrained.vocabulary import error_rate
 
         self._validate_params()
         if is_dataset(X):
@@ -771,7 +771,7 @@ class _InnerSolver:
     BLOCK_EPOCHS = 3  # epochs on a block per visit (more zigzags between class blocks)
     MAX_PASSES = 1000  # a solve that has not settled by then returns its iterate
     SHRINK = True
-    CHUNK = 32  # rows visited in order before a random jump (see QK.box_cd_signed)
+    CHUNK = 32  # rows visited in order before a random jump (see dual_cd.box_cd_signed)
     _SIGN = np.array([-1.0, 1.0, 1.0, -1.0])  # label of each kind of dual
     _MARGIN = np.array([0.5, 0.5, -0.5, -0.5])
 
@@ -821,13 +821,13 @@ class _InnerSolver:
                 m = len(local)
                 at = (kind, rows[local])
                 z = D[at]
-                status, used, viol = QK.box_cd_signed(
+                status, used, viol = dual_cd.box_cd_signed(
                     design, local, self._SIGN[kind], m, self._MARGIN[kind],
                     np.zeros(m), H[at], z, w, sqn, scale, self.tol, epochs, 1,
                     self.SHRINK, self.CHUNK,
                 )  # fmt: skip
                 D[at] = z
-                settled &= status == QK.CONVERGED and used == 1
+                settled &= status == dual_cd.CONVERGED and used == 1
                 worst = max(worst, viol)
             self.last = (
                 (int(not settled), passes, worst)

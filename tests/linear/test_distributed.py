@@ -39,12 +39,12 @@ def test_cluster_is_on_loopback(dask_engine):
 
 
 def test_two_workers_match_single_process(dask_engine, dataset):
-    from bigrate.engines.dask import fit_dask
+    from bigrate.linear import fit_distributed
 
     ds, X, y = dataset
     params = dict(rho=0.05, epochs=6, random_state=0)
     single = NeymanPearsonSGD(**params).fit(ds)
-    dist = fit_dask(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
+    dist = fit_distributed(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
     c1, c2 = (Confusion.of(y, m.decision_function(X)) for m in (single, dist))
     assert abs(c1.pfa - c2.pfa) < 0.02 and abs(c1.pnd - c2.pnd) < 0.05
     assert c2.pfa <= 0.07
@@ -52,15 +52,15 @@ def test_two_workers_match_single_process(dask_engine, dataset):
     assert w1 @ w2 / np.linalg.norm(w1) / np.linalg.norm(w2) > 0.95
     assert dist.engine_["workers"] == 2 and len(dist.history_) == 6
     # deterministic for a given seed and worker count
-    again = fit_dask(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
+    again = fit_distributed(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
     np.testing.assert_array_equal(again.coef_, dist.coef_)
 
 
 def test_qvalue_on_dask(dask_engine, dataset):
-    from bigrate.engines.dask import fit_dask
+    from bigrate.linear import fit_distributed
 
     ds, X, y = dataset
-    m = fit_dask(
+    m = fit_distributed(
         QValueSGD(q=0.05, epochs=3, random_state=0), ds, dask_engine, progress=False
     )
     from bigrate.metrics import positives_at_q
@@ -69,7 +69,7 @@ def test_qvalue_on_dask(dask_engine, dataset):
 
 
 def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
-    from bigrate.engines.dask import fit_dask
+    from bigrate.linear import fit_distributed
 
     ds, X, y = dataset
     pids = dask_engine.worker_pids()
@@ -81,7 +81,7 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
             threading.Timer(0.05, lambda: os.kill(victim, signal.SIGKILL)).start()
             killed.append(victim)
 
-    m = fit_dask(
+    m = fit_distributed(
         NeymanPearsonSGD(rho=0.05, epochs=6, random_state=1),
         ds,
         dask_engine,
@@ -99,17 +99,84 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
 def test_existing_scheduler_address_and_fsspec_url(dask_engine, dataset):
     """Submit to a running scheduler by its address; workers read a file:// URL."""
     from bigrate import ShardedDataset
-    from bigrate.engines.dask import DaskEngine, fit_dask
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.linear import fit_distributed
 
     ds, X, y = dataset
     url = "file://" + str(ds.path)
     address = dask_engine.client.scheduler.address
     with DaskEngine(address=address) as remote:
         assert remote.cluster is None and remote.workers() == dask_engine.workers()
-        m = fit_dask(
+        m = fit_distributed(
             NeymanPearsonSGD(rho=0.1, epochs=2, random_state=0),
             ShardedDataset(url),
             remote,
             progress=False,
         )
     assert Confusion.of(y, m.decision_function(X)).pfa <= 0.13
+
+
+class _Recording:
+    """A real engine whose ``run`` calls (arguments and results) are kept, so that a
+    test can replay the driver's merge of every round by hand."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.rounds = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def run(self, fn, args_list, *, retries=3):
+        out = self.engine.run(fn, args_list, retries=retries)
+        self.rounds.append((list(args_list), out))
+        return out
+
+
+def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
+    """Each round starts from the mean of the workers' models and the geometric mean
+    of their multipliers, and the fitted model is the last round's merge (1e-12)."""
+    from bigrate.linear import fit_distributed
+
+    ds, X, y = dataset
+    rec = _Recording(dask_engine)
+    m = fit_distributed(
+        NeymanPearsonSGD(rho=0.05, epochs=2, random_state=3), ds, rec,
+        progress=False, rounds_per_epoch=3,
+    )  # fmt: skip
+    assert len(rec.rounds) == 6
+    merged = None
+    for args, results in rec.rounds:
+        assert len(results) == 2  # both workers ran every round
+        starts = [a[3] for a in args]
+        if merged is not None:
+            for s in starts:
+                np.testing.assert_allclose(s.w, merged[0], rtol=0, atol=1e-12)
+                assert abs(s.b - merged[1]) <= 1e-12
+                assert abs(s.lam - merged[2]) <= 1e-12 * merged[2]
+        ws = np.array([r["state"].w for r in results])
+        assert not np.allclose(ws[0], ws[1])  # the workers really differ
+        merged = (
+            ws.mean(axis=0),
+            float(np.mean([r["state"].b for r in results])),
+            float(np.exp(np.mean(np.log([r["state"].lam for r in results])))),
+        )
+    np.testing.assert_allclose(m.coef_.ravel(), merged[0], rtol=0, atol=1e-12)
+    assert abs(m.intercept_[0] - merged[1]) <= 1e-12
+    assert abs(m.multiplier_ - merged[2]) <= 1e-12 * merged[2]
+
+
+def test_local_engine_runs_the_same_rounds_as_a_one_worker_cluster(dataset):
+    """Engines are interchangeable: the distributed rounds on the local engine and on a
+    one-worker Dask cluster give the same model, bit for bit."""
+    from bigrate.engines import open_engine
+    from bigrate.linear import fit_distributed
+
+    ds, X, y = dataset
+    params = dict(rho=0.05, epochs=2, random_state=0)
+    with open_engine("local") as eng:
+        local = fit_distributed(NeymanPearsonSGD(**params), ds, eng, progress=False)
+    with open_engine("dask", n_workers=1, dashboard=False) as eng:
+        one = fit_distributed(NeymanPearsonSGD(**params), ds, eng, progress=False)
+    np.testing.assert_array_equal(local.coef_, one.coef_)
+    assert local.engine_["name"] == "local" and one.engine_["name"] == "dask"

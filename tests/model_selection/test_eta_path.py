@@ -9,8 +9,12 @@ from sklearn.model_selection import StratifiedKFold
 from bigrate import BPSPSearchCV
 from bigrate.kernel.smo import cross_kernel
 from bigrate.model_selection.bpsp import Partitioner
-from bigrate.model_selection.eta_path import eta_path_cv, line_path, validation_steps
-from tests.kernel.test_bpsp import _data, direct_cv_error
+from bigrate.model_selection.bpsp.eta_path import (
+    eta_path_cv,
+    line_path,
+    validation_steps,
+)
+from tests.model_selection.test_bpsp import _data, direct_cv_error
 
 
 @pytest.mark.parametrize("lam", [0.05, 0.3, 1.0, 4.0])

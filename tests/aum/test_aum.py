@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bigrate.path import (
+from bigrate.aum import (
     AUMLinearClassifier,
     Breakpoints,
     aum_auc,
@@ -11,7 +11,7 @@ from bigrate.path import (
     line_search,
     plot_line_search,
 )
-from bigrate.path._aum_kernels import aum_auc_at
+from bigrate.aum._kernels import aum_auc_at
 
 
 def brute(bp, pred, d, s):

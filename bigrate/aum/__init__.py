@@ -1,0 +1,22 @@
+"""The area under the min of FP and FN (AUM), the AUC, and the exact AUM / AUC line
+search for linear models (Fowler and Hocking), with a learner built on it."""
+
+from bigrate.aum.classifier import AUMLinearClassifier
+from bigrate.aum.line_search import (
+    Breakpoints,
+    LineSearchResult,
+    aum_auc,
+    aum_gradient,
+    line_search,
+    plot_line_search,
+)
+
+__all__ = [
+    "AUMLinearClassifier",
+    "Breakpoints",
+    "LineSearchResult",
+    "aum_auc",
+    "aum_gradient",
+    "line_search",
+    "plot_line_search",
+]

@@ -1,0 +1,73 @@
+"""The shared base of bigrate's binary rate classifiers (as scikit-learn's
+``LinearClassifierMixin``): label handling, ``predict`` from ``decision_function``, the
+estimator tags, and saving as plain data.
+
+A subclass provides ``fit`` (which calls :func:`binary_classes` to set ``classes_``) and
+``decision_function``; the score convention of the whole package holds here: a row is
+predicted positive (``classes_[1]``) when its score is >= 0, which is how Pfa counts false
+alarms (:mod:`bigrate.metrics`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted
+
+from bigrate.io import save_model
+
+__all__ = ["RateClassifierMixin", "binary_classes"]
+
+
+def binary_classes(est, y) -> np.ndarray:
+    """Check that ``y`` holds exactly two class labels, set ``est.classes_`` (sorted; the
+    larger is the positive class) and return +1 / -1 as float64."""
+    y = np.asarray(y)
+    kind = type_of_target(y, input_name="y", raise_unknown=True)
+    if kind not in ("binary", "multiclass"):
+        raise ValueError(
+            f"Unknown label type: y must be two class labels, got target "
+            f"type {kind!r} (continuous values are not labels)"
+        )
+    classes = np.unique(y)
+    if len(classes) != 2:
+        raise ValueError(
+            f"Only binary classification is supported: y must have exactly two classes; "
+            f"got {len(classes)} class(es): {classes[:10].tolist()}"
+        )
+    est.classes_ = classes
+    return np.where(y == classes[1], 1.0, -1.0)
+
+
+class RateClassifierMixin(ClassifierMixin):
+    """Mixin of the binary rate classifiers; put it before ``BaseEstimator``.
+
+    Class attributes: ``_accepts_sparse`` (CSR input; the ``input_tags.sparse`` tag) and
+    ``_persist_private`` (private attributes saved with the model, see :mod:`bigrate.io`).
+    """
+
+    _accepts_sparse = True
+    _persist_private: tuple = ()
+
+    def predict(self, X) -> np.ndarray:
+        """``classes_[1]`` (positive) where ``decision_function(X) >= 0``, else
+        ``classes_[0]``."""
+        check_is_fitted(self)
+        f = np.asarray(self.decision_function(X))
+        return self.classes_[(f >= 0).astype(int)]
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Save the fitted model as plain data (``model.json`` + ``arrays.npz``) in the
+        directory ``path``, atomically; :func:`bigrate.load_model` reads it back."""
+        check_is_fitted(self)
+        return save_model(self, path)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        tags.input_tags.sparse = self._accepts_sparse
+        return tags

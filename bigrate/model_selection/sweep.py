@@ -1,0 +1,160 @@
+"""The one sweep loop of bigrate, shared by :class:`~bigrate.NPSearchCV` and the job
+runner's sweeps: every (grid point, fold) fit is an engine task, each finished task is
+recorded in a results store (a :class:`~bigrate.rundir.RunDir`, so an interrupted sweep
+resumes without redoing finished tasks, or a :class:`~bigrate.rundir.MemoryStore`), a
+task that raises is recorded with its traceback and the sweep goes on, and the points are
+summarised over folds and the best one selected.
+
+Tasks are plain functions of plain data (the estimator's class and parameters, data by
+engine handle or by dataset path), scored by the one evaluation routine
+:func:`bigrate.metrics.rate_metrics`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bigrate.metrics import evaluate_split, rate_metrics
+from bigrate.progress import Progress
+
+# selection metrics and whether smaller is better
+SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
+
+__all__ = [
+    "SELECT",
+    "fit_fold",
+    "fit_val",
+    "run_sweep",
+    "select_best",
+    "summarise",
+]
+
+
+def fit_fold(est_cls, params: dict, data, train_idx, test_idx, target: dict) -> dict:
+    """One task: fit ``est_cls(**params)`` on rows ``train_idx`` of the in-memory
+    ``data = (X, y)``, score rows ``test_idx`` (``target``: ``{"rho": ...}`` or
+    ``{"q": ...}``, see :func:`~bigrate.metrics.rate_metrics`)."""
+    X, y = data
+    t = time.perf_counter()
+    est = est_cls(**params).fit(X[train_idx], y[train_idx])
+    yt = np.where(y[test_idx] == est.classes_[1], 1, -1)
+    f = est.decision_function(X[test_idx])
+    return {
+        "metrics": rate_metrics(yt, f, **target),
+        "seconds": time.perf_counter() - t,
+    }
+
+
+def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:
+    """One task: fit on the train split of the dataset at ``dataset_path`` (streamed
+    where the task runs), score its val split."""
+    from bigrate.data.reader import ShardedDataset
+
+    ds = ShardedDataset(dataset_path)
+    t = time.perf_counter()
+    est = est_cls(**params).fit(ds)
+    return {
+        "metrics": evaluate_split(est.decision_function, ds, "val", **target),
+        "seconds": time.perf_counter() - t,
+    }
+
+
+def run_sweep(
+    engine,
+    store,
+    points: Sequence[dict],
+    n_folds: int,
+    task: Callable,
+    task_args: Callable[[int, int], tuple],
+    *,
+    select: str = "J_val",
+    progress: bool = True,
+    after_task: Callable[[], None] | None = None,
+) -> list[dict]:
+    """Run every (point, fold) task not yet in ``store`` on ``engine`` and return the
+    per-point summary (:func:`summarise`).
+
+    ``task(*task_args(point, fold))`` returns ``{"metrics": {...}, "seconds": s}``;
+    ``after_task`` is called after each recorded task (e.g. to honour Ctrl-C)."""
+    done = store.results()
+    todo = [
+        (p, k) for p in range(len(points)) for k in range(n_folds) if (p, k) not in done
+    ]
+    store.event(
+        "sweep_started",
+        points=len(points),
+        folds=n_folds,
+        todo=len(todo),
+        done=len(done),
+    )
+    bar = Progress(
+        "sweep", total=len(points) * n_folds, done=len(done), enabled=progress
+    )
+    best = None
+    if todo:
+        args = [task_args(p, k) for p, k in todo]
+        for i, res in engine.map(task, args):
+            p, k = todo[i]
+            rec = {"point": p, "fold": k, "params": points[p]}
+            if isinstance(res, Exception):
+                rec.update(
+                    status="failed",
+                    error=str(res)[:2000],
+                    traceback=getattr(res, "tb", ""),
+                )
+                store.event("task_failed", point=p, fold=k, error=str(res)[:500])
+            else:
+                rec.update(status="ok", **res)
+                store.event("task_done", point=p, fold=k, seconds=res.get("seconds"))
+                value = res["metrics"].get(select)
+                if value is not None and (
+                    best is None
+                    or (value < best if SELECT[select] == "min" else value > best)
+                ):
+                    best = value
+            store.save_result(p, k, rec)
+            store.write_results_table()
+            bar.update(1, f"best fold {select} {best:.4g}" if best is not None else "")
+            if after_task is not None:
+                after_task()
+    bar.close()
+    return summarise(store.results(), points, n_folds)
+
+
+def summarise(results: dict, points: Sequence[dict], n_folds: int) -> list[dict]:
+    """One row per point: ``point``, ``params``, ``complete`` (every fold ok),
+    ``n_ok``, and ``mean_<metric>`` / ``std_<metric>`` over its finished folds."""
+    table = []
+    for p, params in enumerate(points):
+        recs = [results.get((p, k)) for k in range(n_folds)]
+        good = [r for r in recs if r is not None and r["status"] == "ok"]
+        row = {
+            "point": p,
+            "params": params,
+            "complete": len(good) == n_folds,
+            "n_ok": len(good),
+        }
+        if good:
+            for key in good[0]["metrics"]:
+                vals = [float(r["metrics"][key]) for r in good]
+                row[f"mean_{key}"] = float(np.mean(vals))
+                row[f"std_{key}"] = float(np.std(vals))
+        table.append(row)
+    return table
+
+
+def select_best(table: list[dict], select: str) -> dict:
+    """The complete point with the best mean ``select`` (ties: the first point)."""
+    if select not in SELECT:
+        raise ValueError(f"select must be one of {sorted(SELECT)}; got {select!r}")
+    ok = [r for r in table if r["complete"] and f"mean_{select}" in r]
+    if not ok:
+        raise RuntimeError(
+            "every sweep point failed (or none has the metric "
+            f"{select!r}); see the results for the errors"
+        )
+    sign = 1.0 if SELECT[select] == "min" else -1.0
+    return min(ok, key=lambda r: (sign * r[f"mean_{select}"], r["point"]))
