@@ -63,7 +63,8 @@ def main() -> None:
 
     from bigrate import NeymanPearsonSGD, ShardedDataset
     from bigrate.data.prep import run_recipe
-    from bigrate.engines.dask import DaskEngine, fit_dask
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.linear import fit_distributed
 
     data = _synth(out, a.rows)
     res: dict = {"rows": a.rows}
@@ -98,7 +99,7 @@ dir = "{out}"
         else:
             with DaskEngine(n_workers=2, dashboard=False) as eng:
                 t = time.perf_counter()
-                fit_dask(
+                fit_distributed(
                     NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0),
                     ds,
                     eng,

@@ -124,18 +124,19 @@ def bench_speed(out: Path, rows: int) -> dict:
 
 def bench_scale(out: Path, rows: int) -> dict:
     from bigrate import NeymanPearsonSGD, ShardedDataset
-    from bigrate.engines.dask import DaskEngine, fit_dask
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.linear import fit_distributed
 
     path = _synth(out, rows)
     ds = ShardedDataset(path)
     res = {"rows": rows}
     for n in (1, 2):
         with DaskEngine(n_workers=n, dashboard=False) as eng:
-            fit_dask(
+            fit_distributed(
                 NeymanPearsonSGD(epochs=1, random_state=0), ds, eng, progress=False
             )
             t = time.perf_counter()
-            m = fit_dask(
+            m = fit_distributed(
                 NeymanPearsonSGD(epochs=2, random_state=0), ds, eng, progress=False
             )
             res[f"workers_{n}_s"] = time.perf_counter() - t
@@ -148,7 +149,8 @@ def bench_scale(out: Path, rows: int) -> dict:
 
 def bench_ooc(out: Path, rows: int) -> dict:
     from bigrate import NeymanPearsonSGD, ShardedDataset
-    from bigrate.engines.dask import DaskEngine, fit_dask
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.linear import fit_distributed
 
     big = ShardedDataset(_synth(out, rows))
     small = ShardedDataset(_synth(out, 804_414))
@@ -158,7 +160,7 @@ def bench_ooc(out: Path, rows: int) -> dict:
     del tr
     with DaskEngine(n_workers=2, memory_limit="1GiB", dashboard=False) as eng:
         t = time.perf_counter()
-        mb = fit_dask(
+        mb = fit_distributed(
             NeymanPearsonSGD(epochs=1, random_state=0), big, eng, progress=True
         )
         wall = time.perf_counter() - t

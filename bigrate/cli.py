@@ -6,7 +6,7 @@ bigrate prep pin FILE --out DIR             Percolator / mokapot pin -> shards
 bigrate prep synth --rows N ... --out DIR   RCV1-shaped synthetic shards
 bigrate prep recipe NAME --out DIR          a dataset of ../shared/data
 bigrate info DIR [--verify] [--json]        the manifest's summary
-bigrate train DIR --rho 0.05 [--engine dask|local] [--out RUN]
+bigrate train DIR --rho 0.05 [--engine dask|ray|local] [--out RUN]
                                             fit, evaluate Pfa/Pnd per split, save
 """
 
@@ -170,10 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine",
         default="dask",
-        choices=["local", "dask"],
-        help="dask: an embedded LocalCluster on 127.0.0.1 unless --address",
+        choices=["local", "dask", "ray"],
+        help="dask / ray: an embedded cluster on 127.0.0.1 unless --address",
     )
-    p.add_argument("--address", help="existing Dask scheduler, e.g. tcp://host:8786")
+    p.add_argument(
+        "--address",
+        help="existing Dask scheduler (tcp://host:8786) or Ray cluster (host:6379)",
+    )
     p.add_argument("--workers", type=int, help="embedded cluster size")
     p.add_argument("--out", help="run directory for the model and result.json")
     p.add_argument("--quiet", action="store_true")

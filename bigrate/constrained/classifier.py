@@ -473,8 +473,9 @@ class RateConstrainedClassifier(RateClassifierMixin, BaseEstimator):
         else:
             if y is None:
                 raise ValueError(
-                    "RateConstrainedClassifier requires y unless X is a "
-                    "ShardedDataset or its path"
+                    "RateConstrainedClassifier requires y to be passed, but the target "
+                    "y is None (y may be omitted only when X is a ShardedDataset or "
+                    "its path)"
                 )
             X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
             yy = binary_classes(self, y)

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import ParameterGrid, StratifiedKFold, train_test_split
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from bigrate.base import RateClassifierMixin
+from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.engines import open_engine
 from bigrate.model_selection.sweep import fit_fold, run_sweep, select_best
 from bigrate.rundir import MemoryStore, RunDir
@@ -127,7 +127,10 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
         points = list(ParameterGrid(self.param_grid))
         for p in points:  # unknown parameter names fail here, before any work
             clone(base).set_params(**p)
-        y = np.asarray(y)
+        X, y = validate_data(
+            self, X, y, accept_sparse="csr", dtype="numeric", ensure_all_finite=True
+        )
+        binary_classes(self, y)
         splits = self._splits(X, y)
         store = self._store(points, rho)
         params0 = base.get_params(deep=False)

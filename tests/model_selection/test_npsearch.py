@@ -110,9 +110,17 @@ def test_ray_worker_killed_mid_task(tmp_path):
     killed = None
     t0 = time.time()
     while time.time() - t0 < 180 and killed is None and proc.poll() is None:
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = p.info["cmdline"] or []
-            if cmd and cmd[0].startswith("ray::_fit_score"):
+        # victims only among the processes this test started: the driver's descendants
+        try:
+            mine = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        for p in mine:
+            try:
+                cmd = p.cmdline()
+            except psutil.Error:
+                continue
+            if cmd and cmd[0].startswith("ray::fit_fold"):
                 try:
                     p.kill()
                     killed = p.pid

@@ -112,6 +112,8 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     best_estimator_ (CostSensitiveSVC refitted on all rows).
     """
 
+    _accepts_sparse = False  # the partition works on a dense kernel matrix
+
     _parameter_constraints: dict = {
         "kernel": [StrOptions({"linear", "rbf", "poly"})],
         "gamma": "no_validation",
