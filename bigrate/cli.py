@@ -18,7 +18,7 @@ import shlex
 import signal
 import sys
 
-from bigrate.errors import DataError, DatasetExistsError
+from bigrate.errors import DataError
 
 
 def _labels(s: str | None):
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, help="embedded cluster size")
     p.add_argument("--out", help="run directory for the model and result.json")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a model already in --out"
+    )
     p.add_argument("--quiet", action="store_true")
 
     p = sub.add_parser("run", help="run a job file (train, sweep, evaluate)")
@@ -200,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address")
     p.add_argument("--quiet", action="store_true")
 
+    p = sub.add_parser("runs", help="list run directories and their state")
+    p.add_argument("dir", nargs="?", default="runs", help="folder of runs (runs)")
     p = sub.add_parser("status", help="state of a run directory")
     p.add_argument("run_dir")
 
@@ -216,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="print a dataset's manifest summary")
     p.add_argument("path")
-    p.add_argument("--verify", action="store_true", help="check every file's sha256")
+    p.add_argument("--verify", action="store_true", help="also check every file's sha256 and decode every row against the manifest")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     return ap
 
@@ -333,6 +338,7 @@ def _train(a) -> int:
         address=a.address,
         workers=a.workers,
         out=a.out,
+        overwrite=a.overwrite,
         progress=not a.quiet,
     )
     report(res)
@@ -375,6 +381,13 @@ def _status(a) -> int:
     return 0
 
 
+def _runs(a) -> int:
+    from bigrate.runner.status import runs_text
+
+    print(runs_text(a.dir))
+    return 0
+
+
 def _predict(a) -> int:
     from bigrate.runner.predict import predict
 
@@ -395,12 +408,17 @@ def _info(a) -> int:
     from bigrate.data import ShardedDataset
 
     ds = ShardedDataset(a.path, verify=a.verify)
+    if not a.verify:
+        ds.check()  # sizes and Parquet footers against the manifest
     if a.json:
         print(json.dumps(ds.manifest, indent=2))
     else:
         print(ds.summary())
         if a.verify:
-            print(f"verified     sha256 of {len(ds.files())} files match the manifest")
+            print(
+                f"verified     sha256, rows, non-zeros and feature indices of "
+                f"{len(ds.files())} files match the manifest"
+            )
     return 0
 
 
@@ -411,6 +429,15 @@ def _on_sigterm(signum, frame):  # turn SIGTERM into an exception so cleanup run
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
+    if getattr(a, "run_dir", None):  # runs/NAME-LATEST: the newest complete run of NAME
+        if "-LATEST" in str(a.run_dir):
+            from bigrate.rundir import resolve_latest
+
+            try:
+                a.run_dir = str(resolve_latest(a.run_dir))
+            except FileNotFoundError as e:
+                print(f"bigrate: error: {e}", file=sys.stderr)
+                return 2
     signal.signal(signal.SIGTERM, _on_sigterm)
     from bigrate.runner import interrupt
 
@@ -426,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             "run": _run,
             "resume": _resume,
             "status": _status,
+            "runs": _runs,
             "predict": _predict,
             "report": _report,
         }
@@ -433,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             rc = handlers[a.cmd](a)
             interrupt.check()  # a Ctrl-C swallowed on the way still ends in 130
             return rc
-    except (DataError, DatasetExistsError, FileNotFoundError, ValueError) as e:
+    except (DataError, FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
@@ -443,11 +471,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bigrate: error: {e}", file=sys.stderr)
             return 2
         raise
-    except KeyboardInterrupt:
-        if a.cmd in ("run", "resume"):
+    except ConnectionError as e:  # an engine address that cannot be reached
+        print(f"bigrate: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        from bigrate.runner.job import RunInterrupted
+
+        if isinstance(e, RunInterrupted):
+            saved = (
+                f"training checkpoint after round {e.checkpoint}"
+                if e.checkpoint is not None
+                else "finished work"
+            )
             print(
-                "bigrate: interrupted; finished work is saved. Continue with: "
-                "bigrate resume RUN_DIR (the run directory printed above)",
+                f"bigrate: interrupted; {saved} is saved. Continue with:\n"
+                f"  bigrate resume {shlex.quote(e.run_path)}",
+                file=sys.stderr,
+            )
+        elif a.cmd in ("run", "resume"):
+            print(
+                "bigrate: interrupted before the run started; nothing to resume",
                 file=sys.stderr,
             )
         else:
@@ -455,6 +498,12 @@ def main(argv: list[str] | None = None) -> int:
                 "bigrate: interrupted; nothing was left half-written", file=sys.stderr
             )
         return 130
+    except BrokenPipeError:  # e.g. `bigrate info DIR --json | head`
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     ap.error(f"unknown command {a.cmd}")
     return 2
 

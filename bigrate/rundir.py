@@ -26,6 +26,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import sys
@@ -265,3 +266,77 @@ class MemoryStore:
 
     def unlock(self) -> None:
         pass
+
+
+def run_state(run: RunDir) -> tuple[str, str]:
+    """(state, detail) of a run directory from its lock and events: "running",
+    "complete", "interrupted" (resume continues), "failed" (with whether resume can
+    help) or "not started"."""
+    events = run.events()
+    kinds = [e["event"] for e in events]
+    lock = run.locked_by()
+    if lock:
+        return "running", f"pid {lock.get('pid')} on {lock.get('host')}"
+    if "run_finished" in kinds and (run.path / "metrics.json").exists():
+        return "complete", ""
+    last = next(
+        (e for e in reversed(events) if e["event"] in ("run_failed", "interrupted")),
+        None,
+    )
+    if last is not None and last["event"] == "run_failed":
+        if last.get("resumable", True):
+            return "failed", (
+                f"{last.get('error')}; resume may help if the cause was passing "
+                f"(a lost cluster): bigrate resume {run.path}"
+            )
+        return "failed", (
+            f"{last.get('error')}; resuming cannot help: fix the cause and run the job "
+            "again"
+        )
+    if events:
+        ck = next(
+            (e.get("round") for e in reversed(events) if e["event"] == "checkpoint"),
+            None,
+        )
+        where = f" (checkpoint after round {ck})" if ck is not None else ""
+        return "interrupted", f"continue with `bigrate resume {run.path}`{where}"
+    return "not started", ""
+
+
+_STAMP = re.compile(r"-(\d{8}-\d{6})(?:-(\d+))?$")
+
+
+def find_runs(parent: str | os.PathLike, name: str | None = None) -> list[RunDir]:
+    """The run directories under ``parent`` (those of job ``name`` only, if given),
+    oldest first by the time stamp in their names."""
+    parent = Path(parent)
+    out = []
+    if not parent.is_dir():
+        return out
+    for p in parent.iterdir():
+        m = _STAMP.search(p.name)
+        if not m or not (p / "config.json").is_file():
+            continue
+        if name is not None and p.name[: m.start()] != name:
+            continue
+        out.append((m.group(1), int(m.group(2) or 0), p))
+    return [RunDir(p) for _, _, p in sorted(out)]
+
+
+def resolve_latest(path: str | os.PathLike) -> Path:
+    """``path`` with a component ``NAME-LATEST`` replaced by the newest complete run of
+    job NAME in that folder (``runs/a9a-np-LATEST/model``); other paths as they are."""
+    path = Path(path)
+    parts = path.parts
+    for i, part in enumerate(parts):
+        if part.endswith("-LATEST"):
+            parent = Path(*parts[:i]) if i else Path(".")
+            name = part[: -len("-LATEST")]
+            done = [r for r in find_runs(parent, name) if run_state(r)[0] == "complete"]
+            if not done:
+                raise FileNotFoundError(
+                    f"{path}: no complete run of job {name!r} in {parent} (run the "
+                    "job first; `bigrate runs` lists them)"
+                )
+            return done[-1].path.joinpath(*parts[i + 1 :])
+    return path

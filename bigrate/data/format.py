@@ -190,12 +190,112 @@ def _list_parts(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
     return offsets, flat
 
 
-def table_to_block(table: pa.Table | pa.RecordBatch, n_features: int) -> RowBlock:
-    """CSR row block of an Arrow table or record batch in the shard schema."""
+_COLUMN_TYPES = {
+    "row_id": pa.int64(),
+    "label": pa.int8(),
+    "indices": pa.list_(pa.int32()),
+    "values": pa.list_(pa.float32()),
+}
+
+
+def _fail(message: str, path: str | None):
+    from bigrate.errors import DataError
+
+    raise DataError(message, path=path)
+
+
+def check_block(
+    offsets: np.ndarray,
+    indices: np.ndarray,
+    values: np.ndarray,
+    labels: np.ndarray,
+    row_id: np.ndarray,
+    n_features: int,
+    *,
+    path: str | None = None,
+    label: int | None = None,
+) -> None:
+    """Check a decoded block before any compiled kernel indexes with it (vectorised,
+    a few passes over the arrays): feature indices in [0, n_features), sorted and unique
+    within every row, values finite, labels +1 / -1 (and ``label`` where the file holds
+    one class). Raises :class:`~bigrate.errors.DataError` naming ``path`` and the row."""
+    nnz = len(indices)
+    if len(offsets) != len(labels) + 1 or (len(offsets) and offsets[-1] != nnz):
+        _fail("the rows' index lists do not match the row count", path)
+    if nnz:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= n_features:
+            k = int(np.argmax((indices < 0) | (indices >= n_features)))
+            r = int(np.searchsorted(offsets, k, side="right")) - 1
+            _fail(
+                f"row_id {int(row_id[r])} has feature index {int(indices[k])}, outside "
+                f"[0, {n_features}) (n_features in manifest.json): the manifest and "
+                "the shards disagree; re-run the prep",
+                path,
+            )
+        bad = np.diff(indices) <= 0
+        if bad.any():
+            starts = offsets[1:-1]
+            bad[starts[(starts > 0) & (starts < nnz)] - 1] = False  # row boundaries
+            if bad.any():
+                k = int(np.argmax(bad)) + 1
+                r = int(np.searchsorted(offsets, k, side="right")) - 1
+                _fail(
+                    f"row_id {int(row_id[r])}: feature indices are not sorted and "
+                    "unique as the shard format requires",
+                    path,
+                )
+        if not np.isfinite(values).all():
+            k = int(np.argmax(~np.isfinite(values)))
+            r = int(np.searchsorted(offsets, k, side="right")) - 1
+            _fail(f"row_id {int(row_id[r])} holds a NaN or infinite value", path)
+    if label is not None:
+        wrong = labels != label
+    else:
+        wrong = (labels != 1) & (labels != -1)
+    if wrong.any():
+        r = int(np.argmax(wrong))
+        _fail(
+            f"row_id {int(row_id[r])} has label {int(labels[r])}, expected "
+            + (f"{label:+d} in this file" if label is not None else "+1 or -1"),
+            path,
+        )
+
+
+def table_to_block(
+    table: pa.Table | pa.RecordBatch,
+    n_features: int,
+    *,
+    path: str | None = None,
+    label: int | None = None,
+) -> RowBlock:
+    """CSR row block of an Arrow table or record batch in the shard schema, checked by
+    :func:`check_block` (``path`` names the file in errors; ``label`` is the class
+    label every row of the file must have)."""
+    for name, typ in _COLUMN_TYPES.items():
+        if name not in table.schema.names:
+            continue
+        got = table.schema.field(name).type
+        same = (
+            pa.types.is_list(got) and got.value_type == typ.value_type
+            if pa.types.is_list(typ)
+            else got == typ
+        )
+        if not same:
+            _fail(
+                f"column {name!r} has type {table.schema.field(name).type}, the shard "
+                f"format requires {typ}",
+                path,
+            )
     offsets, indices = _list_parts(table.column("indices"))
     voffsets, values = _list_parts(table.column("values"))
     if len(voffsets) != len(offsets) or voffsets[-1] != offsets[-1]:
-        raise ValueError("shard columns 'indices' and 'values' have different lengths")
+        _fail("shard columns 'indices' and 'values' have different lengths", path)
+    if np.any(voffsets != offsets):
+        _fail("shard columns 'indices' and 'values' differ in a row's length", path)
+    y = np.asarray(table.column("label").to_numpy())
+    row_id = np.asarray(table.column("row_id").to_numpy())
+    check_block(offsets, indices, values, y, row_id, n_features, path=path, label=label)
     X = sp.csr_matrix(
         (values, indices, offsets), shape=(len(offsets) - 1, n_features), copy=False
     )
@@ -203,9 +303,4 @@ def table_to_block(table: pa.Table | pa.RecordBatch, n_features: int) -> RowBloc
     group = None
     if "group" in names:
         group = np.asarray(table.column("group").to_numpy(zero_copy_only=False))
-    return RowBlock(
-        X=X,
-        y=np.asarray(table.column("label").to_numpy()),
-        row_id=np.asarray(table.column("row_id").to_numpy()),
-        group=group,
-    )
+    return RowBlock(X=X, y=y, row_id=row_id, group=group)

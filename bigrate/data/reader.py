@@ -8,9 +8,11 @@ import os
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bigrate.data.format import (
+    CLASS_LABEL,
     CLASSES,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -93,10 +95,7 @@ class ShardedDataset:
         self.n_features = int(manifest["n_features"])
         self.splits = tuple(manifest["splits"])
         self.has_group = bool(manifest.get("has_group", False))
-        self._files = [
-            ShardFile.from_json(f, self.path)
-            for f in manifest["files"]
-        ]
+        self._files = [ShardFile.from_json(f, self.path) for f in manifest["files"]]
         if verify:
             self.verify()
 
@@ -149,7 +148,21 @@ class ShardedDataset:
 
     # -- reading ----------------------------------------------------------------------
     def open_file(self, shard: ShardFile) -> pq.ParquetFile:
-        return pq.ParquetFile(self.fs.open(_join(self.root, shard.path), "rb"))
+        """The Parquet file of ``shard``; a missing or unreadable file is a DataError
+        naming it."""
+        full = _join(self.root, shard.path)
+        try:
+            return pq.ParquetFile(self.fs.open(full, "rb"))
+        except FileNotFoundError:
+            raise DataError(
+                "file listed in the manifest is missing", path=full
+            ) from None
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise DataError(
+                f"not a readable Parquet file ({type(e).__name__}: {e}); re-run the "
+                "prep",
+                path=full,
+            ) from None
 
     def iter_file(
         self,
@@ -164,13 +177,34 @@ class ShardedDataset:
         cols = ["row_id", "label", "indices", "values"]
         if with_group and self.has_group:
             cols.append("group")
+        full = _join(self.root, shard.path)
+        label = CLASS_LABEL.get(shard.cls)
         pf = self.open_file(shard)
         try:
             rg = None if row_groups is None else list(row_groups)
-            for rb in pf.iter_batches(
-                batch_size=batch_rows, row_groups=rg, columns=cols
+            if rg is not None and any(
+                not 0 <= g < pf.metadata.num_row_groups for g in rg
             ):
-                yield table_to_block(rb, self.n_features)
+                raise DataError(
+                    f"row groups {rg} asked for, the file has "
+                    f"{pf.metadata.num_row_groups} (manifest.json records "
+                    f"{shard.row_groups}): the manifest and the file disagree",
+                    path=full,
+                )
+            batches = pf.iter_batches(
+                batch_size=batch_rows, row_groups=rg, columns=cols
+            )
+            while True:
+                try:
+                    rb = next(batches)
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError, KeyError) as e:
+                    raise DataError(
+                        f"cannot be decoded ({type(e).__name__}: {e}); re-run the prep",
+                        path=full,
+                    ) from None
+                yield table_to_block(rb, self.n_features, path=full, label=label)
         finally:
             pf.close()
 
@@ -221,12 +255,68 @@ class ShardedDataset:
             out = out.take(np.argsort(out.row_id, kind="stable"))
         return out
 
-    def verify(self) -> None:
-        """Recompute the sha256 of every file; raise ChecksumError naming a mismatch."""
+    def check(self) -> None:
+        """Cheap consistency checks of the files against the manifest (no data read):
+        every listed file exists with the recorded size, its Parquet footer holds the
+        recorded rows and row groups and the shard schema, and the files add up to the
+        manifest's row counts. Raises :class:`DataError` naming the file."""
+        totals: dict = {}
         for shard in self._files:
             full = _join(self.root, shard.path)
-            if not self.fs.exists(full):
-                raise ChecksumError("file listed in the manifest is missing", path=full)
+            try:
+                size = self.fs.size(full)
+            except FileNotFoundError:
+                raise DataError(
+                    "file listed in the manifest is missing", path=full
+                ) from None
+            if size != shard.bytes:
+                raise DataError(
+                    f"file is {size:,} bytes, the manifest records {shard.bytes:,} "
+                    "(truncated or replaced; re-run the prep)",
+                    path=full,
+                )
+            pf = self.open_file(shard)
+            try:
+                md = pf.metadata
+                if md.num_rows != shard.rows or md.num_row_groups != shard.row_groups:
+                    raise DataError(
+                        f"Parquet footer has {md.num_rows:,} rows in "
+                        f"{md.num_row_groups} row groups, the manifest records "
+                        f"{shard.rows:,} in {shard.row_groups}",
+                        path=full,
+                    )
+                names = set(pf.schema_arrow.names)
+                missing = {"row_id", "label", "indices", "values"} - names
+                if missing:
+                    raise DataError(
+                        f"missing column(s) {sorted(missing)} of the shard format",
+                        path=full,
+                    )
+            finally:
+                pf.close()
+            key = (shard.split, shard.cls)
+            totals[key] = totals.get(key, 0) + shard.rows
+        for split, counts in self.manifest.get("rows", {}).items():
+            for cls, n in counts.items():
+                if totals.get((split, cls), 0) != n:
+                    raise DataError(
+                        f"rows[{split!r}][{cls!r}] is {n:,} but its files hold "
+                        f"{totals.get((split, cls), 0):,}",
+                        path=_join(self.root, MANIFEST),
+                    )
+
+    def verify(self) -> None:
+        """Everything :meth:`check` does, then recompute every file's sha256 and decode
+        every row (indices below ``n_features``, sorted and unique, finite values, the
+        file's label), counting rows and non-zeros against the manifest. Raises
+        :class:`ChecksumError` or :class:`DataError` naming the file."""
+        for shard in self._files:
+            if not self.fs.exists(_join(self.root, shard.path)):
+                raise ChecksumError(
+                    "file listed in the manifest is missing",
+                    path=_join(self.root, shard.path),
+                )
+            full = _join(self.root, shard.path)
             h = hashlib.sha256()
             with self.fs.open(full, "rb") as f:
                 while True:
@@ -238,6 +328,19 @@ class ShardedDataset:
                 raise ChecksumError(
                     f"sha256 is {h.hexdigest()}, the manifest records {shard.sha256}; "
                     "the file was modified or corrupted (re-run the prep)",
+                    path=full,
+                )
+        self.check()
+        for shard in self._files:
+            full = _join(self.root, shard.path)
+            rows = nnz = 0
+            for b in self.iter_file(shard, 1 << 16):
+                rows += len(b)
+                nnz += b.X.nnz
+            if rows != shard.rows or nnz != shard.nnz:
+                raise DataError(
+                    f"holds {rows:,} rows and {nnz:,} non-zeros, the manifest records "
+                    f"{shard.rows:,} and {shard.nnz:,}",
                     path=full,
                 )
 

@@ -8,11 +8,19 @@ only when their engine is opened.
 
 from __future__ import annotations
 
-from bigrate.engines.base import Engine, TaskError
+from bigrate.engines.base import DEFAULT_TIMEOUT, Engine, EngineConnectError, TaskError
 
 ENGINES = ("local", "dask", "ray")
 
-__all__ = ["ENGINES", "Engine", "TaskError", "open_engine"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ENGINES",
+    "Engine",
+    "EngineConnectError",
+    "TaskError",
+    "check_reachable",
+    "open_engine",
+]
 
 
 def open_engine(
@@ -22,12 +30,14 @@ def open_engine(
     n_workers: int | None = None,
     dashboard: bool = True,
     quiet: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
     **kwargs,
 ) -> Engine:
     """An engine by name: ``"local"`` (this process), ``"dask"`` or ``"ray"`` (an
     embedded cluster on 127.0.0.1 with ``n_workers`` workers, or the cluster at
-    ``address``). Further keyword arguments go to the engine's constructor (Dask:
-    ``memory_limit``)."""
+    ``address``, reached within ``timeout`` seconds or
+    :class:`EngineConnectError`). Further keyword arguments go to the engine's
+    constructor (Dask: ``memory_limit``)."""
     if name == "local":
         if address:
             raise ValueError(
@@ -41,10 +51,28 @@ def open_engine(
 
         return DaskEngine(
             address or None, n_workers=n_workers, dashboard=dashboard, quiet=quiet,
-            **kwargs,
+            timeout=timeout, **kwargs,
         )  # fmt: skip
     if name == "ray":
         from bigrate.engines.ray import RayEngine
 
-        return RayEngine(address or None, n_workers=n_workers, quiet=quiet, **kwargs)
+        return RayEngine(
+            address or None, n_workers=n_workers, quiet=quiet, timeout=timeout,
+            **kwargs,
+        )  # fmt: skip
     raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {name!r}")
+
+
+def check_reachable(name: str, address: str | None, timeout: float = DEFAULT_TIMEOUT):
+    """Fail fast (:class:`EngineConnectError`) if the cluster at ``address`` cannot be
+    reached, before any work or run directory is made; no-op without an address."""
+    from bigrate.engines.base import wait_reachable
+
+    if not address or name == "local":
+        return
+    if name == "dask":
+        wait_reachable(address, 8786, timeout, "Dask scheduler")
+    elif name == "ray":
+        client = address.startswith("ray://")
+        wait_reachable(address, 10001 if client else 6379, timeout,
+                       "Ray client server" if client else "Ray cluster (GCS)")  # fmt: skip

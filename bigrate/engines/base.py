@@ -16,8 +16,12 @@ an exception raised inside a task is not retried.
 
 from __future__ import annotations
 
+import socket
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+
+DEFAULT_TIMEOUT = 30.0  # seconds to reach a cluster before giving up
 
 
 class TaskError(RuntimeError):
@@ -26,6 +30,45 @@ class TaskError(RuntimeError):
     def __init__(self, message: str, tb: str = ""):
         super().__init__(message)
         self.tb = tb
+
+
+class EngineConnectError(ConnectionError):
+    """A cluster address could not be reached: one line naming the address and what
+    to check (nothing was started, nothing can be resumed)."""
+
+
+def host_port(address: str, default_port: int) -> tuple[str, int]:
+    """(host, port) of ``tcp://host:port``, ``ray://host:port`` or ``host:port``."""
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep:
+        return rest, default_port
+    if not port.isdigit():
+        raise ValueError(f"address {address!r}: the port must be a number")
+    return host.strip("[]"), int(port)
+
+
+def wait_reachable(address: str, default_port: int, timeout: float, what: str) -> None:
+    """Return once a TCP connection to ``address`` succeeds; raise
+    :class:`EngineConnectError` after ``timeout`` seconds of refusals or silence."""
+    host, port = host_port(address, default_port)
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(5, left))):
+                return
+        except OSError as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise EngineConnectError(
+                f"cannot reach the {what} at {address} within {timeout:g} s "
+                f"({type(last).__name__}: {last}); check the address and port, that "
+                "the cluster is running, and that this machine may connect to it "
+                "(firewall, TLS)"
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 class Engine(ABC):

@@ -13,7 +13,13 @@ import logging
 import os
 import traceback
 
-from bigrate.engines.base import Engine, TaskError
+from bigrate.engines.base import (
+    DEFAULT_TIMEOUT,
+    Engine,
+    EngineConnectError,
+    TaskError,
+    wait_reachable,
+)
 
 
 class DaskEngine(Engine):
@@ -28,6 +34,9 @@ class DaskEngine(Engine):
         Embedded cluster size (default: the number of CPUs, at most 8).
     memory_limit : str or int
         Per-worker memory limit of the embedded cluster (e.g. "1GiB").
+    timeout : float
+        Seconds to reach the scheduler at ``address`` before giving up with
+        :class:`~bigrate.engines.base.EngineConnectError`.
     dashboard : bool
         Serve the dashboard of the embedded cluster on 127.0.0.1 (random port).
     """
@@ -42,12 +51,22 @@ class DaskEngine(Engine):
         memory_limit="auto",
         dashboard: bool = True,
         quiet: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
     ):
-        from dask.distributed import Client, LocalCluster
-
         self.cluster = None
         if address:
-            self.client = Client(address, timeout="20s")
+            wait_reachable(address, 8786, timeout, "Dask scheduler")
+        from dask.distributed import Client, LocalCluster
+
+        if address:
+            try:
+                self.client = Client(address, timeout=f"{timeout}s")
+            except (OSError, TimeoutError) as e:
+                raise EngineConnectError(
+                    f"the Dask scheduler at {address} did not answer within "
+                    f"{timeout:g} s ({type(e).__name__}: {e}); check that it is a Dask "
+                    "scheduler and that its TLS settings match"
+                ) from None
         else:
             n = n_workers or min(os.cpu_count() or 1, 8)
             self.cluster = LocalCluster(
@@ -92,8 +111,7 @@ class DaskEngine(Engine):
         from dask.distributed import as_completed
 
         futures = [
-            self.client.submit(fn, *args, pure=False, retries=0)
-            for args in args_list
+            self.client.submit(fn, *args, pure=False, retries=0) for args in args_list
         ]
         index = {f.key: i for i, f in enumerate(futures)}
         for fut in as_completed(futures):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from bigrate.engines.base import Engine, TaskError
+from bigrate.engines.base import DEFAULT_TIMEOUT, Engine, TaskError, wait_reachable
 
 
 def _single_node_mode() -> None:
@@ -37,7 +37,12 @@ class RayEngine(Engine):
         *,
         n_workers: int | None = None,
         quiet: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
     ):
+        if address:  # Ray's own connect retries for minutes on a dead address
+            client = address.startswith("ray://")
+            wait_reachable(address, 10001 if client else 6379, timeout,
+                           "Ray client server" if client else "Ray cluster (GCS)")  # fmt: skip
         host = (address or "").split("://")[-1].rsplit(":", 1)[0]
         loopback = not address or (
             host in ("127.0.0.1", "localhost") and not address.startswith("ray://")

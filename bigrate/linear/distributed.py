@@ -26,19 +26,102 @@ by default a quarter of the worker's memory limit).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from bigrate.data.reader import ShardedDataset
+from bigrate.files import atomic_write_text, jsonable, replace_dir
 from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
 from bigrate.linear.sgd import KernelConfig, SGDState, merge_states, steps_from
 from bigrate.progress import Progress
 
-__all__ = ["fit_distributed", "round_units", "sgd_round"]
+__all__ = [
+    "Snapshot",
+    "fit_distributed",
+    "load_snapshot",
+    "round_units",
+    "save_snapshot",
+    "sgd_round",
+]
+
+
+@dataclass
+class Snapshot:
+    """Everything a distributed fit needs to continue after round ``round``: the merged
+    state, the epoch's statistics so far, the history, and the schedule it was made
+    with (a fit resumes only on the same schedule: the same seed, worker count and
+    rounds, so that its final model equals an uninterrupted fit's)."""
+
+    state: SGDState
+    round: int
+    epoch_stats: np.ndarray
+    epoch_tasks: int
+    epoch_seconds: float
+    history: list
+    schedule: dict
+
+
+def save_snapshot(snap: Snapshot, path) -> None:
+    """Write ``snap`` as plain data (``state.npz`` + ``snapshot.json``) into the
+    directory ``path``, atomically (the previous snapshot stays until the new one is
+    complete)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        with open(tmp / "state.npz", "wb") as f:
+            np.savez(f, w=snap.state.w, epoch_stats=snap.epoch_stats)
+            f.flush()
+            os.fsync(f.fileno())
+        meta = {
+            "format": "bigrate-sgd-snapshot",
+            "round": snap.round,
+            "b": snap.state.b,
+            "lam": snap.state.lam,
+            "t": snap.state.t,
+            "epoch_tasks": snap.epoch_tasks,
+            "epoch_seconds": snap.epoch_seconds,
+            "history": snap.history,
+            "schedule": snap.schedule,
+        }
+        atomic_write_text(tmp / "snapshot.json", json.dumps(jsonable(meta)) + "\n")
+        replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_snapshot(path) -> Snapshot:
+    """Read a snapshot written by :func:`save_snapshot`; a damaged one is a ValueError
+    naming the file."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "snapshot.json").read_text())
+        with np.load(path / "state.npz", allow_pickle=False) as z:
+            w, stats = z["w"], z["epoch_stats"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{path}: not a readable training snapshot ({e})") from None
+    if meta.get("format") != "bigrate-sgd-snapshot" or stats.shape != (6,):
+        raise ValueError(f"{path}: not a training snapshot of this version")
+    return Snapshot(
+        SGDState(w, float(meta["b"]), float(meta["lam"]), float(meta["t"])),
+        int(meta["round"]),
+        stats,
+        int(meta["epoch_tasks"]),
+        float(meta["epoch_seconds"]),
+        list(meta["history"]),
+        dict(meta["schedule"]),
+    )
 
 
 def sgd_round(
@@ -84,7 +167,13 @@ def _deal(units: list, n: int) -> list[list]:
 
 
 def round_units(
-    own: list, epoch: int, k: int, cls: int, seed: int, round_in_epoch: int, per_round: int
+    own: list,
+    epoch: int,
+    k: int,
+    cls: int,
+    seed: int,
+    round_in_epoch: int,
+    per_round: int,
 ) -> list:
     """The ``per_round`` units worker k reads in this round: a slice of its seeded
     per-epoch permutation (wrapping around for a class smaller than needed)."""
@@ -105,6 +194,10 @@ def fit_distributed(
     progress: bool = True,
     on_round=None,
     cache_mb: float | None = None,
+    checkpoint=None,
+    checkpoint_rounds: int = 20,
+    checkpoint_seconds: float = 300.0,
+    resume: Snapshot | None = None,
 ):
     """Fit a :class:`~bigrate.NeymanPearsonSGD` or :class:`~bigrate.QValueSGD` on the
     shards of ``dataset`` with the workers of ``engine`` (any engine of
@@ -114,6 +207,13 @@ def fit_distributed(
     ``cache_mb``: decoded row groups each worker keeps across rounds (default: 25% of
     the smallest worker memory limit, or 1 GiB where workers have none); what does not
     fit is read from storage again every epoch.
+
+    Checkpoints: ``checkpoint(snapshot)`` is called after every ``checkpoint_rounds``
+    rounds or ``checkpoint_seconds`` seconds, whichever comes first, and once more with
+    the last finished round when the fit is interrupted (KeyboardInterrupt) or a round
+    fails; :func:`save_snapshot` writes one. ``resume=`` a :class:`Snapshot` continues
+    after its round: the final model is the one an uninterrupted fit with the same seed
+    and engine gives.
 
     Examples
     --------
@@ -159,12 +259,38 @@ def fit_distributed(
     bar = Progress(
         "training rounds", total=est.epochs * rounds_per_epoch, enabled=progress
     )
+    schedule = {
+        "seed": seed,
+        "workers": n_w,
+        "rounds_per_epoch": rounds_per_epoch,
+        "steps": steps,
+        "per_round": per_round,
+        "epochs": est.epochs,
+    }
     rnd = 0
-    for epoch in range(est.epochs):
-        te = time.perf_counter()
-        stats = np.zeros(6)
-        n_tasks = 0
-        for r in range(rounds_per_epoch):
+    stats, n_tasks, epoch_s = np.zeros(6), 0, 0.0
+    if resume is not None:
+        if resume.schedule != schedule:
+            raise ValueError(
+                f"the checkpoint was made with schedule {resume.schedule}, this fit "
+                f"has {schedule}: resume on the same engine size with the same "
+                "parameters (or start the run again)"
+            )
+        st, rnd = resume.state, resume.round
+        stats, n_tasks = resume.epoch_stats.copy(), resume.epoch_tasks
+        epoch_s = resume.epoch_seconds
+        est.history_ = list(resume.history)
+        bar.update(rnd)
+
+    def snapshot() -> Snapshot:
+        return Snapshot(st, rnd, stats.copy(), n_tasks, epoch_s, list(est.history_),
+                        schedule)  # fmt: skip
+
+    last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
+    try:
+        while rnd < est.epochs * rounds_per_epoch:
+            epoch, r = divmod(rnd, rounds_per_epoch)
+            tr = time.perf_counter()
             args = []
             for k in range(n_w):
                 mine = round_units(
@@ -183,19 +309,37 @@ def fit_distributed(
                     f"{ds.path}: no worker holds row groups of both classes"
                 )
             results = engine.run(sgd_round, args, retries=retries)
-            st = merge_states([res["state"] for res in results])
-            for res in results:
-                stats += res["stats"]
-            n_tasks += len(results)
+            new = merge_states([res["state"] for res in results])
+            round_stats = sum(res["stats"] for res in results)
+            # the round is done: commit it (a KeyboardInterrupt before this line
+            # leaves the previous round as the last finished one)
+            st, stats, n_tasks = new, stats + round_stats, n_tasks + len(results)
+            epoch_s += time.perf_counter() - tr
             rnd += 1
             bar.update(
                 1,
                 f"Pfa {stats[2] / max(stats[0], 1):.4f} Pnd "
                 f"{stats[5] / max(stats[3], 1):.4f} lambda {st.lam:.4g}",
             )
+            if r == rounds_per_epoch - 1:
+                est.record_epoch(stats, st, epoch_s, steps * n_tasks)
+                stats, n_tasks, epoch_s = np.zeros(6), 0, 0.0
             if on_round is not None:
                 on_round(rnd, engine)
-        est.record_epoch(stats, st, time.perf_counter() - te, steps * n_tasks)
+            if (
+                checkpoint is not None
+                and (
+                    rnd - last_ckpt_round >= checkpoint_rounds
+                    or time.monotonic() - last_ckpt_time >= checkpoint_seconds
+                )
+                and rnd < est.epochs * rounds_per_epoch
+            ):
+                checkpoint(snapshot())
+                last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
+    except BaseException:
+        if checkpoint is not None and rnd > last_ckpt_round:
+            checkpoint(snapshot())  # the last finished round, for resume
+        raise
     bar.close(f"lambda {st.lam:.4g}")
     est.finish_stream(plan, st, ds)
     est.fit_seconds_ = time.perf_counter() - t_start

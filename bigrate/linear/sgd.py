@@ -13,8 +13,14 @@ one positive and one negative per step.
 
 The per-step updates are in :mod:`bigrate.linear._kernels`; sampling in
 :mod:`bigrate.linear.sampler`. The learners fit in-memory arrays or stream a
-:class:`~bigrate.ShardedDataset` (never loading it whole); the Dask engine
-(:mod:`bigrate.engines.dask`) runs the same steps on workers over their own shards.
+:class:`~bigrate.ShardedDataset` (never loading it whole).
+
+Streaming protocol (public; the in-process fit, the distributed rounds of
+:mod:`bigrate.linear.distributed` and checkpoints all use it): ``start_stream(ds)`` gives
+a :class:`StreamPlan` and the initial :class:`SGDState` (w, b, lambda, t);
+:func:`steps_from` runs steps from a state on rows a sampler draws; :func:`merge_states`
+merges the states of several workers; ``record_epoch`` and ``finish_stream`` record the
+history, set the fitted attributes and calibrate.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ def _say(msg: str) -> None:
 def open_engine(spec: JobSpec, run: RunDir | None = None, progress: bool = True):
     """The job's engine: embedded on 127.0.0.1, or connected to ``spec.address``."""
     t = time.perf_counter()
-    eng = _open(spec.engine, spec.address or None, n_workers=spec.workers)
+    eng = _open(
+        spec.engine, spec.address or None, n_workers=spec.workers, timeout=spec.timeout
+    )
     startup = time.perf_counter() - t
     link = eng.dashboard_link
     if progress and spec.engine != "local":
@@ -65,24 +67,63 @@ def fit_full(est, dataset_path: str):
     return est.fit(ShardedDataset(dataset_path))
 
 
-def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True):
+def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
     """Fit ``est`` on the train split of ``ds`` with engine ``eng``: streaming learners
-    by distributed rounds on a cluster (every worker reads its own shards), the others as
-    one task on it; on the local engine, in this process."""
+    by the rounds of :func:`bigrate.linear.fit_distributed` on every engine (each worker
+    reads its own shards; ``ckpt``: its checkpoint arguments), the others as one task on
+    a cluster or in this process."""
     streams = entry(name_of(est)).streams if name_of(est) else False
-    if eng.name == "local":
-        if "verbose" in est.get_params():
-            est.set_params(verbose=1 if progress else 0)
-        return est.fit(ds)
     if streams:
         from bigrate.linear.distributed import fit_distributed
 
-        return fit_distributed(est, ds, eng, progress=progress)
+        return fit_distributed(est, ds, eng, progress=progress, **ckpt)
+    if eng.name == "local":
+        return est.fit(ds)
     return eng.run(fit_full, [(est, ds.path)])[0]
 
 
-def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool):
-    return fit_on_engine(make_estimator(spec.estimator, params), ds, eng, progress)
+def _checkpoints(spec: JobSpec, run: RunDir) -> dict:
+    """Checkpoint arguments of a training fit in ``run``: snapshots every
+    ``checkpoint_rounds`` rounds or ``checkpoint_minutes``, each recorded as a
+    ``checkpoint`` event; a snapshot left by an earlier attempt is resumed from."""
+    from bigrate.linear.distributed import load_snapshot, save_snapshot
+
+    where = run.path / "checkpoint"
+
+    def save(snap):
+        t = time.perf_counter()
+        save_snapshot(snap, where)
+        run.event("checkpoint", round=snap.round, seconds=time.perf_counter() - t)
+
+    resume = load_snapshot(where) if (where / "snapshot.json").exists() else None
+    return {
+        "checkpoint": save,
+        "checkpoint_rounds": spec.checkpoint_rounds,
+        "checkpoint_seconds": 60.0 * spec.checkpoint_minutes,
+        "resume": resume,
+    }
+
+
+def checkpoint_round(run: RunDir) -> int | None:
+    """The round of the run's last checkpoint, or None."""
+    f = run.path / "checkpoint" / "snapshot.json"
+    if not f.exists():
+        return None
+    import json
+
+    try:
+        return int(json.loads(f.read_text())["round"])
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
+         run: RunDir | None = None):  # fmt: skip
+    est = make_estimator(spec.estimator, params)
+    ckpt = {}
+    if run is not None and entry(spec.estimator).streams:
+        ckpt = _checkpoints(spec, run)
+    return fit_on_engine(est, ds, eng, progress, **ckpt)
 
 
 def _finish_model(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, extra: dict):
@@ -100,7 +141,7 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     with open_engine(spec, run, progress) as eng:
         t = time.perf_counter()
         run.event("train_started", params=params)
-        est = _fit(spec, params, ds, eng, progress)
+        est = _fit(spec, params, ds, eng, progress, run)
         fit_s = time.perf_counter() - t
     run.event("train_finished", seconds=fit_s)
     return _finish_model(spec, run, est, ds, {"fit_seconds": fit_s, "params": params})
@@ -189,22 +230,61 @@ def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     return metrics
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a job: what is finished (sweep tasks, the training checkpoint) is
+    saved in ``run_path``; ``bigrate resume run_path`` continues."""
+
+    def __init__(self, run_path, checkpoint: int | None = None):
+        super().__init__(str(run_path))
+        self.run_path = str(run_path)
+        self.checkpoint = checkpoint
+
+
+def _resumable(e: BaseException) -> bool:
+    """Can ``bigrate resume`` help after this error? Not when the input is at fault
+    (data, parameters, job file, an address that cannot be reached)."""
+    from bigrate.engines import EngineConnectError
+    from bigrate.errors import DataError
+
+    return not isinstance(
+        e, (DataError, ValueError, FileNotFoundError, EngineConnectError, TypeError)
+    )
+
+
 def execute(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
-    """Run (or resume) ``spec`` in ``run``; the caller holds the run's lock."""
+    """Run (or resume) ``spec`` in ``run``; the caller holds the run's lock. A failure
+    is recorded as a ``run_failed`` event (with whether resuming can help), Ctrl-C as
+    ``interrupted`` and raised as :class:`RunInterrupted`."""
     run.event("run_started", kind=spec.kind, engine=spec.engine, address=spec.address)
     t = time.perf_counter()
-    if spec.kind == "train":
-        out = run_train(spec, run, progress)
-    elif spec.kind == "sweep":
-        out = run_sweep(spec, run, progress)
-    else:
-        out = run_evaluate(spec, run, progress)
+    try:
+        if spec.kind == "train":
+            out = run_train(spec, run, progress)
+        elif spec.kind == "sweep":
+            out = run_sweep(spec, run, progress)
+        else:
+            out = run_evaluate(spec, run, progress)
+    except KeyboardInterrupt:
+        ck = checkpoint_round(run)
+        run.event("interrupted", checkpoint_round=ck, tasks_done=len(run.results()))
+        raise RunInterrupted(run.path, ck) from None
+    except BaseException as e:
+        run.event(
+            "run_failed",
+            error=f"{type(e).__name__}: {e}"[:2000],
+            resumable=_resumable(e),
+        )
+        raise
     run.event("run_finished", seconds=time.perf_counter() - t)
     return out
 
 
 def start(spec: JobSpec, progress: bool = True) -> tuple[RunDir, dict]:
-    """Create a run directory for ``spec`` and run it."""
+    """Create a run directory for ``spec`` and run it. An address that cannot be reached
+    fails before the run directory is made."""
+    from bigrate.engines import check_reachable
+
+    check_reachable(spec.engine, spec.address or None, spec.timeout)
     run = RunDir.create(spec.output, spec.name, spec.source, {"job": spec.to_json()})
     if progress:
         _say(f"run directory {run.path}")
@@ -217,7 +297,10 @@ def start(spec: JobSpec, progress: bool = True) -> tuple[RunDir, dict]:
 def resume(
     path, progress: bool = True, overrides: dict | None = None
 ) -> tuple[RunDir, dict]:
-    """Continue an interrupted run: finished sweep tasks are not redone."""
+    """Continue an interrupted run: finished sweep tasks are not redone, training goes
+    on from its last checkpoint."""
+    from bigrate.engines import check_reachable
+
     run = RunDir.open(path)
     run.lock()
     try:
@@ -231,7 +314,11 @@ def resume(
             if progress:
                 _say(f"{run.path} is already complete")
             return run, run.read_json("metrics.json")
-        run.event("resumed")
+        check_reachable(spec.engine, spec.address or None, spec.timeout)
+        ck = checkpoint_round(run)
+        run.event("resumed", from_round=ck, tasks_done=len(run.results()))
+        if progress and ck is not None:
+            _say(f"training continues from the checkpoint after round {ck}")
         return run, execute(spec, run, progress)
     finally:
         run.unlock()

@@ -17,6 +17,7 @@ together as a :class:`JobSpecError`.
     name = "dask"                  # local | dask | ray
     address = ""                   # empty: embedded cluster on 127.0.0.1
     workers = 2                    # embedded cluster size (optional)
+    timeout = 30                   # seconds to reach the cluster at address
     [sweep]                        # kind = "sweep" only
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
@@ -26,6 +27,8 @@ together as a :class:`JobSpecError`.
     splits = ["test"]
     [output]
     dir = "runs"
+    checkpoint_rounds = 20         # training: checkpoint every 20 rounds ...
+    checkpoint_minutes = 5         # ... or every 5 minutes, whichever comes first
 """
 
 from __future__ import annotations
@@ -47,10 +50,10 @@ _SCHEMA = {
     "job": {"kind": str, "name": str},
     "data": {"path": str},
     "model": {"estimator": str, "params": dict},
-    "engine": {"name": str, "address": str, "workers": int},
+    "engine": {"name": str, "address": str, "workers": int, "timeout": (int, float)},
     "sweep": {"grid": dict, "cv": (int, str), "select": str, "seed": int},
     "evaluate": {"model": str, "splits": list},
-    "output": {"dir": str},
+    "output": {"dir": str, "checkpoint_rounds": int, "checkpoint_minutes": (int, float)},
 }
 _REQUIRED = {"job": ["kind", "name"], "data": ["path"]}
 
@@ -77,6 +80,7 @@ class JobSpec:
     engine: str = "local"
     address: str = ""
     workers: int | None = None
+    timeout: float = 30.0
     grid: dict = field(default_factory=dict)
     cv: int | str = "val"
     select: str = "J_val"
@@ -84,6 +88,8 @@ class JobSpec:
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
     output: str = "runs"
+    checkpoint_rounds: int = 20
+    checkpoint_minutes: float = 5.0
     source: str | None = None  # the job file's path
 
     def to_json(self) -> dict:
@@ -274,6 +280,15 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
     workers = engine.get("workers")
     if workers is not None and workers < 1:
         problems.append(f"engine.workers: must be >= 1, got {workers}")
+    timeout = float(engine.get("timeout", 30.0))
+    if not timeout > 0:
+        problems.append(f"engine.timeout: must be > 0 seconds, got {timeout:g}")
+    ck_rounds = output.get("checkpoint_rounds", 20)
+    if ck_rounds < 1:
+        problems.append(f"output.checkpoint_rounds: must be >= 1, got {ck_rounds}")
+    ck_minutes = float(output.get("checkpoint_minutes", 5.0))
+    if not ck_minutes > 0:
+        problems.append(f"output.checkpoint_minutes: must be > 0, got {ck_minutes:g}")
 
     grid = dict(sweep.get("grid", {}))
     cv = sweep.get("cv", "val")
@@ -317,7 +332,15 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         else:
             mp = Path(model_dir)
             model_dir = str(mp if mp.is_absolute() else base / mp)
-            if not (Path(model_dir) / "model.json").is_file():
+            if "-LATEST" in model_dir:  # runs/NAME-LATEST/model: the newest complete
+                from bigrate.rundir import resolve_latest
+
+                try:
+                    model_dir = str(resolve_latest(model_dir))
+                except FileNotFoundError as e:
+                    problems.append(f"evaluate.model: {e}")
+                    model_dir = None
+            if model_dir and not (Path(model_dir) / "model.json").is_file():
                 problems.append(f"evaluate.model: no saved model at {model_dir}")
         if not all(isinstance(s, str) for s in splits):
             problems.append(
@@ -338,6 +361,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         engine=eng,
         address=address,
         workers=workers,
+        timeout=timeout,
         grid=grid,
         cv=cv,
         select=select or "J_val",
@@ -345,5 +369,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         model=model_dir,
         splits=list(splits),
         output=out,
+        checkpoint_rounds=ck_rounds,
+        checkpoint_minutes=ck_minutes,
         source=str(Path(path).resolve()),
     )

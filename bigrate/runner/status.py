@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bigrate.rundir import RunDir
+from bigrate.rundir import RunDir, find_runs, resolve_latest, run_state
 
 
 def format_metrics(metrics: dict) -> str:
@@ -33,23 +33,12 @@ def format_metrics(metrics: dict) -> str:
 
 
 def status_text(path) -> str:
-    run = RunDir.open(path)
+    run = RunDir.open(resolve_latest(path))
     job = run.read_json("config.json")["job"]
     events = run.events()
-    kinds = [e["event"] for e in events]
-    lock = run.locked_by()
-    if lock:
-        state = f"running (pid {lock.get('pid')} on {lock.get('host')})"
-    elif "run_finished" in kinds and (run.path / "metrics.json").exists():
-        state = "complete"
-    elif events:
-        state = (
-            "interrupted or failed: continue with `bigrate resume "
-            + str(run.path)
-            + "`"
-        )
-    else:
-        state = "not started"
+    state, detail = run_state(run)
+    if detail:
+        state = f"{state}: {detail}"
     lines = [
         f"run      {run.path}",
         f"job      {job['name']} ({job['kind']}, "
@@ -76,4 +65,22 @@ def status_text(path) -> str:
         )
     if (run.path / "metrics.json").exists():
         lines.append(format_metrics(run.read_json("metrics.json")))
+    return "\n".join(lines)
+
+
+def runs_text(parent="runs") -> str:
+    """One line per run directory under ``parent``: name, kind, state, last event."""
+    runs = find_runs(parent)
+    if not runs:
+        return f"no run directories under {parent}"
+    lines = [f"{'run':<40}{'kind':<10}{'state':<13}last event"]
+    for run in runs:
+        try:
+            job = run.read_json("config.json").get("job", {})
+        except (OSError, ValueError):
+            job = {}
+        state, _ = run_state(run)
+        ev = run.events()
+        last = f"{ev[-1]['event']} {ev[-1]['time'][:19]}" if ev else ""
+        lines.append(f"{run.path.name:<40}{job.get('kind', '?'):<10}{state:<13}{last}")
     return "\n".join(lines)

@@ -26,12 +26,21 @@ def train(
     address: str | None = None,
     workers: int | None = None,
     out=None,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     """Fit ``estimator`` on the train split, evaluate on val/test (streaming), save the
-    model and a ``result.json`` in ``out``; returns the result."""
+    model and a ``result.json`` in ``out`` (an earlier result there is replaced only
+    with ``overwrite``); returns the result."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if out is not None and not overwrite:
+        held = [n for n in ("model", "result.json") if (Path(out) / n).exists()]
+        if held:
+            raise FileExistsError(
+                f"{out}: already holds a trained model ({', '.join(held)}); pass "
+                "--overwrite to replace it, or choose another --out"
+            )
     ds = dataset if isinstance(dataset, ShardedDataset) else ShardedDataset(dataset)
     est = make_estimator(estimator, params)
     t0 = time.perf_counter()

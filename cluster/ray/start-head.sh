@@ -22,6 +22,9 @@ if [ "$HOST" = "127.0.0.1" ] || [ "$HOST" = "localhost" ]; then
 fi
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 if [ "$RAY_AUTH_MODE" = "token" ] && [ -z "${RAY_AUTH_TOKEN:-}" ]; then
-  ray get-auth-token --generate > /dev/null
+  # the token is a password: readable by its owner only
+  (umask 077 && ray get-auth-token --generate > /dev/null)
+  token="${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"
+  if [ -f "$token" ]; then chmod 600 "$token"; fi
 fi
 exec ray start "${args[@]}" "$@"

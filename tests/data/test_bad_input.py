@@ -2,6 +2,7 @@
 
 import gzip
 
+import numpy as np
 import pytest
 
 from bigrate.data import ShardedDataset
@@ -123,7 +124,7 @@ def test_csv_missing_and_nan_cells(tmp_path):
     lines[6] = "5,?,1"
     path = tmp_path / "m.csv.gz"
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    with pytest.raises(DataError, match=r"m.csv.gz:7 \(column 'b'\): missing value"):
+    with pytest.raises(DataError, match=r"m.csv.gz:7 \(column 'b'\): missing, NaN"):
         prep_csv(path, tmp_path / "ds", label_column="label", progress=False)
     man = prep_csv(
         path,
@@ -135,10 +136,21 @@ def test_csv_missing_and_nan_cells(tmp_path):
     )
     assert man["preprocessing"]["rows_dropped_for_missing_values"] == 1
     assert ShardedDataset(tmp_path / "ds").n_rows("train") == 29
-    lines[6] = "5,nan,1"
-    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    with pytest.raises(DataError, match=r"m.csv.gz:7: non-finite value nan"):
-        prep_csv(path, tmp_path / "ds2", label_column="label", progress=False)
+    for cell in ("nan", "inf"):  # numbers to the parser, missing to the user
+        lines[6] = f"5,{cell},1"
+        path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+        with pytest.raises(
+            DataError, match=r"m.csv.gz:7 \(column 'b'\): missing, NaN or infinite"
+        ):
+            prep_csv(path, tmp_path / "ds2", label_column="label", progress=False,
+                     overwrite=True)  # fmt: skip
+        man = prep_csv(
+            path, tmp_path / "ds2", label_column="label", drop_missing=True,
+            progress=False, split="train=1", overwrite=True,
+        )  # fmt: skip
+        assert man["preprocessing"]["rows_dropped_for_missing_values"] == 1
+        X = ShardedDataset(tmp_path / "ds2").to_csr("train").X
+        assert X.shape[0] == 29 and np.isfinite(X.data).all()
 
 
 def test_existing_dataset_needs_overwrite(tmp_path):

@@ -135,40 +135,72 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
     assert m["evaluation"]["test"]["pfa"] < 0.1 and m["evaluation"]["test"]["pnd"] < 0.8
 
 
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
+    """A Ray head started by cluster/ray/start-head.sh with --block, as a child of this
+    test in its own process group, stopped by that group alone (never `ray stop`,
+    which would stop every Ray cluster on the machine)."""
     port = free_port()
     e = env(PORT=str(port), NUM_CPUS="2", RAY_USAGE_STATS_ENABLED="0")
-    p = subprocess.run(
+    head = subprocess.Popen(
         [
             str(REPO / "cluster/ray/start-head.sh"),
+            "--block",
             "--temp-dir",
             str(tmp_path_factory.mktemp("ray")),
         ],
         env=e,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=180,
+        start_new_session=True,
     )
-    assert p.returncode == 0, p.stderr[-3000:]
-    yield f"127.0.0.1:{port}"
-    subprocess.run([str(BIN / "ray"), "stop"], env=e, capture_output=True, timeout=120)
+    try:
+        t0 = time.time()
+        while not _port_open(port):
+            assert head.poll() is None, head.stderr.read()[-3000:]
+            assert time.time() - t0 < 180, "the Ray head did not come up in 180 s"
+            time.sleep(0.2)
+        time.sleep(2.0)  # the raylet registers after the GCS listens
+        yield f"127.0.0.1:{port}", head
+    finally:
+        _stop_group(head)
 
 
-def ray_procs():
-    out = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        try:
-            cmd = " ".join(proc.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if "gcs_server" in cmd or "raylet" in cmd or cmd.startswith("ray::"):
-            out.append(proc)
-    return out
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group this test started, SIGKILL after 60 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    # anything of the group still alive (a worker that ignored SIGTERM)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def descendants(pid: int) -> list:
+    """The processes below ``pid`` (which this test started): the only victims."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_cluster):
-    assert listening_ports([p.pid for p in ray_procs()]) <= {"127.0.0.1"}
+    address, head = ray_cluster
+    assert listening_ports([p.pid for p in descendants(head.pid)]) <= {"127.0.0.1"}
     body = sweep_job(
         synth,
         tmp_path / "runs",
@@ -178,12 +210,12 @@ def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_c
         epochs=6,
     )
     proc = start_cli(
-        "run", job_file(tmp_path, body), "--address", ray_cluster, text=True
+        "run", job_file(tmp_path, body), "--address", address, text=True
     )
     killed = None
     t0 = time.time()
     while time.time() - t0 < 180 and killed is None and proc.poll() is None:
-        for p in ray_procs():
+        for p in descendants(head.pid):  # the cluster's workers, not anyone else's
             try:
                 if p.cmdline() and p.cmdline()[0].startswith("ray::fit_fold"):
                     p.kill()
@@ -198,7 +230,7 @@ def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_c
     run = only_run(tmp_path / "runs")
     res = [json.loads(f.read_text()) for f in (run / "results").glob("*.json")]
     assert len(res) == 6 and all(r["status"] == "ok" for r in res)
-    assert f"ray engine ({ray_cluster})" in err
+    assert f"ray engine ({address})" in err
     assert "sweep: best point" in out
 
 
@@ -207,7 +239,8 @@ def test_embedded_ray_binds_loopback_and_maps():
 
     with RayEngine(n_workers=2) as eng:
         assert eng.node_addresses() == ["127.0.0.1"]
-        assert listening_ports([p.pid for p in ray_procs()]) <= {"127.0.0.1"}
+        mine = descendants(os.getpid())  # the embedded runtime's processes
+        assert listening_ports([p.pid for p in mine]) <= {"127.0.0.1"}
         handle = eng.put(list(range(10)))
         got = dict(eng.map(_square_sum, [(handle, k) for k in range(4)]))
         assert got == {k: sum(x * x for x in range(10)) + k for k in range(4)}

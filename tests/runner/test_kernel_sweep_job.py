@@ -14,27 +14,27 @@ from tests.conftest import run_cli, start_cli, wait_for_results
 
 
 @pytest.fixture(scope="module")
-def breast(tmp_path_factory, shared_data):
+def iono(tmp_path_factory, shared_data):
     from bigrate.data.prep import run_recipe
 
-    d = tmp_path_factory.mktemp("kernel") / "breast"
-    run_recipe("breast_cancer_wisconsin_diagnostic", d, shared=shared_data)
+    d = tmp_path_factory.mktemp("kernel") / "ionosphere"
+    run_recipe("ionosphere", d, shared=shared_data)
     return d
 
 
-def test_npsvc_sweep_survives_sigkill_resumes_and_predicts(tmp_path, breast):
+def test_npsvc_sweep_survives_sigkill_resumes_and_predicts(tmp_path, iono):
     job = tmp_path / "job.toml"
     job.write_text(f"""
 [job]
 kind = "sweep"
 name = "k"
 [data]
-path = "{breast}"
+path = "{iono}"
 [model]
 estimator = "NeymanPearsonSVC"
 params = {{ rho = 0.1, max_iter = 60 }}
 [sweep]
-grid = {{ C = [3.0, 30.0, 300.0, 3000.0], gamma = [0.003, 0.01, 0.03, 0.1] }}
+grid = {{ C = [10.0, 30.0, 100.0, 300.0], gamma = [0.03, 0.1, 0.3, 1.0] }}
 cv = 3
 [engine]
 name = "local"
@@ -65,10 +65,10 @@ dir = "{tmp_path / "runs"}"
     metrics = json.loads((run / "metrics.json").read_text())
     best = metrics["sweep"]["best"]["params"]
     assert model.C == best["C"] and model.gamma == best["gamma"]
-    assert metrics["evaluation"]["test"]["pfa"] <= 0.2
-    run_cli("predict", run, breast, "--out", tmp_path / "s.parquet", check=True)
+    assert metrics["evaluation"]["test"]["pfa"] < 0.5  # not the all-positive rule
+    run_cli("predict", run, iono, "--out", tmp_path / "s.parquet", check=True)
     scores = pq.read_table(tmp_path / "s.parquet")
-    test = ShardedDataset(breast).to_csr("test")
+    test = ShardedDataset(iono).to_csr("test")
     got = scores.filter(scores.column("split").to_numpy(zero_copy_only=False) == "test")
     order = np.argsort(got.column("row_id").to_numpy())
     np.testing.assert_allclose(

@@ -226,6 +226,9 @@ def prep_csv(
                         lab = rb.column(label)
                         grp = rb.column(group) if group else None
                         missing = _nulls(rb, feats)
+                        # NaN / inf cells ("nan", "inf" parse as numbers) count as
+                        # missing: named with their column, dropped by drop_missing
+                        missing |= ~np.isfinite(dense).all(axis=1)
                         missing |= _isnull(lab)
                         if grp is not None:
                             missing |= _isnull(grp)
@@ -236,7 +239,8 @@ def prep_csv(
                                     rb, feats + [label] + ([group] if group else []), r
                                 )
                                 raise DataError(
-                                    "missing value (pass --drop-missing to drop such rows)",
+                                    "missing, NaN or infinite value (pass "
+                                    "--drop-missing to drop such rows)",
                                     path=str(path),
                                     line=base + r,
                                     column=col,
@@ -336,8 +340,13 @@ def _nulls(rb: pa.RecordBatch, cols: list[str]) -> np.ndarray:
 
 
 def _first_missing_col(rb: pa.RecordBatch, cols: list[str], r: int) -> str | None:
+    """The first of ``cols`` whose cell in row ``r`` is empty, NaN or infinite."""
     for c in cols:
-        if not rb.column(c)[r].is_valid:
+        v = rb.column(c)[r]
+        if not v.is_valid:
+            return c
+        x = v.as_py()
+        if isinstance(x, float) and not np.isfinite(x):
             return c
     return None
 
