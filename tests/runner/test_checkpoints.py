@@ -1,0 +1,140 @@
+"""Training checkpoints through the real `bigrate` command: a training job killed
+(SIGKILL) or interrupted (Ctrl-C) mid-training resumes from its last checkpoint, and its
+final model equals that of an uninterrupted run with the same seed and engine."""
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from bigrate import load_model
+from bigrate.linear.distributed import load_snapshot
+from tests.conftest import run_cli, start_cli
+from tests.runner.test_jobs import job_file, only_run, synth  # noqa: F401 - fixture
+
+
+def train_body(data, out, engine="local", epochs=30, every=1):
+    return f"""
+[job]
+kind = "train"
+name = "ck"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ rho = 0.05, epochs = {epochs} }}
+[engine]
+name = "{engine}"
+workers = 2
+[output]
+dir = "{out}"
+checkpoint_rounds = {every}
+"""
+
+
+def events(run):
+    return [json.loads(line) for line in (run / "events.jsonl").open()]
+
+
+def wait_for_checkpoint(out, round_at_least, proc, timeout=180):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        runs = list(out.glob("ck-*")) if out.exists() else []
+        if runs and (runs[0] / "events.jsonl").exists():
+            ck = [e for e in events(runs[0]) if e["event"] == "checkpoint"]
+            if ck and ck[-1]["round"] >= round_at_least:
+                return runs[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended first: {proc.stderr.read().decode()}")
+        time.sleep(0.01)
+    raise AssertionError("no checkpoint appeared")
+
+
+def same_model(a, b):
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.intercept_, b.intercept_)
+    assert a.multiplier_ == b.multiplier_ and a.t_ == b.t_
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, synth):  # noqa: F811
+    out = tmp_path_factory.mktemp("ck") / "runs"
+    tmp = out.parent
+    run_cli("run", job_file(tmp, train_body(synth, out)), "--quiet", check=True)
+    run = only_run(out)
+    kinds = [e["event"] for e in events(run)]
+    assert kinds.count("checkpoint") >= 100  # every round but the last (120 rounds)
+    return load_model(run / "model")
+
+
+def test_sigkill_mid_training_resumes_from_the_last_checkpoint(
+    tmp_path, synth, uninterrupted  # noqa: F811
+):
+    out = tmp_path / "runs"
+    proc = start_cli("run", job_file(tmp_path, train_body(synth, out)), "--quiet")
+    run = wait_for_checkpoint(out, 5, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    snap = load_snapshot(run / "checkpoint")
+    assert 5 <= snap.round < 120
+    st = run_cli("status", run, check=True).stdout
+    assert "interrupted" in st and "checkpoint after round" in st
+    p = run_cli("resume", run, check=True)
+    ev = events(run)
+    resumed = [e for e in ev if e["event"] == "resumed"]
+    assert resumed and resumed[-1]["from_round"] >= snap.round
+    assert ev[-1]["event"] == "run_finished"
+    assert "continues from the checkpoint" in p.stderr
+    same_model(load_model(run / "model"), uninterrupted)
+
+
+def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(
+    tmp_path, synth, uninterrupted  # noqa: F811
+):
+    out = tmp_path / "runs"
+    body = train_body(synth, out, every=1000)  # only the Ctrl-C writes one
+    proc = start_cli("run", job_file(tmp_path, body), "--quiet")
+    t0 = time.time()
+    while time.time() - t0 < 120:  # wait for training rounds to run
+        runs = list(out.glob("ck-*")) if out.exists() else []
+        if runs and (runs[0] / "events.jsonl").exists():
+            if "train_started" in (runs[0] / "events.jsonl").read_text():
+                break
+        time.sleep(0.01)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    err = err.decode()
+    run = only_run(out)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert f"bigrate resume {run}" in err and "checkpoint after round" in err
+    ev = events(run)
+    assert [e["event"] for e in ev if e["event"] in ("checkpoint", "interrupted")] == [
+        "checkpoint",
+        "interrupted",
+    ]
+    assert not (run / ".lock").exists()
+    run_cli("resume", run, check=True)
+    same_model(load_model(run / "model"), uninterrupted)
+
+
+def test_dask_training_resumes_to_the_uninterrupted_model(tmp_path, synth):  # noqa: F811
+    out_a, out_b = tmp_path / "a", tmp_path / "b"
+    body_a = train_body(synth, out_a, engine="dask", epochs=8)
+    run_cli("run", job_file(tmp_path, body_a), "--quiet", check=True)
+    whole = load_model(only_run(out_a) / "model")
+    (tmp_path / "b").mkdir()
+    body_b = train_body(synth, out_b, engine="dask", epochs=8)
+    proc = start_cli("run", job_file(tmp_path / "b", body_b), "--quiet")
+    run = wait_for_checkpoint(out_b, 3, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    snap = load_snapshot(run / "checkpoint")
+    assert snap.round < 32 and snap.schedule["workers"] == 2
+    run_cli("resume", run, check=True)
+    same_model(load_model(run / "model"), whole)
