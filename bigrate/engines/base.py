@@ -92,6 +92,12 @@ class Engine(ABC):
     def put(self, obj):
         return obj
 
+    def poll_events(self) -> list[dict]:
+        """Changes of the cluster since the last call: ``{"event": "worker_lost" |
+        "worker_joined", "worker": address}`` (none on engines without workers to
+        lose). A task of a lost worker is run again elsewhere by the engine."""
+        return []
+
     @abstractmethod
     def map(
         self, fn: Callable, args_list: Sequence[tuple], *, retries: int = 3

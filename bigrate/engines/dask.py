@@ -79,6 +79,7 @@ class DaskEngine(Engine):
                 silence_logs=logging.ERROR if quiet else logging.WARNING,
             )
             self.client = Client(self.cluster)
+        self._known = set(self.workers())
 
     @property
     def dashboard_link(self) -> str | None:
@@ -89,6 +90,16 @@ class DaskEngine(Engine):
 
     def workers(self) -> list[str]:
         return sorted(self.client.scheduler_info()["workers"])
+
+    def poll_events(self) -> list[dict]:
+        now = set(self.workers())
+        before = getattr(self, "_known", None)
+        self._known = now
+        if before is None:
+            return []
+        return [{"event": "worker_lost", "worker": w} for w in sorted(before - now)] + [
+            {"event": "worker_joined", "worker": w} for w in sorted(now - before)
+        ]
 
     @property
     def n_workers(self) -> int:

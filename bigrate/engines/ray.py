@@ -88,6 +88,19 @@ class RayEngine(Engine):
     def n_workers(self) -> int:
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
+    def poll_events(self) -> list[dict]:
+        now = {n["NodeID"]: n["NodeManagerAddress"] for n in self._ray.nodes()
+               if n["Alive"]}  # fmt: skip
+        before = getattr(self, "_known", None)
+        self._known = now
+        if before is None:
+            return []
+        return [{"event": "worker_lost", "worker": f"node {before[k]} ({k[:8]})"}
+                for k in sorted(set(before) - set(now))] + [
+            {"event": "worker_joined", "worker": f"node {now[k]} ({k[:8]})"}
+            for k in sorted(set(now) - set(before))
+        ]  # fmt: skip
+
     def node_addresses(self) -> list[str]:
         return sorted(n["NodeManagerAddress"] for n in self._ray.nodes() if n["Alive"])
 

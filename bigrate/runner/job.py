@@ -51,6 +51,25 @@ def open_engine(spec: JobSpec, run: RunDir | None = None, progress: bool = True)
         eng.close()
 
 
+def _cluster_events(eng, run: RunDir | None, progress: bool):
+    """A callback recording what the engine noticed (a lost or joined worker) as an
+    event of the run and one console line each."""
+
+    def poll(*_):
+        for e in eng.poll_events():
+            if run is not None:
+                run.event(e["event"], worker=e["worker"], engine=eng.name)
+            if progress or e["event"] == "worker_lost":
+                what = "lost" if e["event"] == "worker_lost" else "joined"
+                _say(
+                    f"{eng.name}: worker {e['worker']} {what}"
+                    + ("; its tasks run again on the others" if what == "lost" else "")
+                )
+
+    eng.poll_events()  # the starting set
+    return poll
+
+
 def evaluate_model(est, ds: ShardedDataset, splits) -> dict:
     """:func:`bigrate.metrics.rate_metrics` of a fitted model on each split of ``ds``
     that exists, against the model's own rate target."""
@@ -123,6 +142,7 @@ def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
     ckpt = {}
     if run is not None and entry(spec.estimator).streams:
         ckpt = _checkpoints(spec, run)
+        ckpt["on_round"] = _cluster_events(eng, run, progress)
     return fit_on_engine(est, ds, eng, progress, **ckpt)
 
 
@@ -161,6 +181,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     defaults = cls().get_params()
     with open_engine(spec, run, progress) as eng:
         cache = {}
+        events = _cluster_events(eng, run, progress)
 
         def task_args(p, k):
             params = {**base, **points[p]}
@@ -183,7 +204,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         table = _sweep(
             eng, run, points, n_folds, fit_val if spec.cv == "val" else fit_fold,
             task_args, select=spec.select, progress=progress,
-            after_task=interrupt.check,
+            after_task=lambda: (events(), interrupt.check()),
         )  # fmt: skip
         best = select_best(table, spec.select)
         score = best[f"mean_{spec.select}"]

@@ -131,6 +131,10 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
     assert victim is not None
     assert f"dask engine ({address})" in err
     run = only_run(tmp_path / "runs")
+    lost = [json.loads(line) for line in (run / "events.jsonl").open()]
+    lost = [e for e in lost if e["event"] == "worker_lost"]
+    assert lost and lost[0]["worker"].startswith("tcp://127.0.0.1:")
+    assert f"worker {lost[0]['worker']} lost" in err
     m = json.loads((run / "metrics.json").read_text())
     assert m["evaluation"]["test"]["pfa"] < 0.1 and m["evaluation"]["test"]["pnd"] < 0.8
 
