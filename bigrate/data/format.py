@@ -219,36 +219,30 @@ def check_block(
     a few passes over the arrays): feature indices in [0, n_features), sorted and unique
     within every row, values finite, labels +1 / -1 (and ``label`` where the file holds
     one class). Raises :class:`~bigrate.errors.DataError` naming ``path`` and the row."""
+    from bigrate.data import _kernels as K
+
     nnz = len(indices)
     if len(offsets) != len(labels) + 1 or (len(offsets) and offsets[-1] != nnz):
         _fail("the rows' index lists do not match the row count", path)
-    if nnz:
-        lo, hi = int(indices.min()), int(indices.max())
-        if lo < 0 or hi >= n_features:
-            k = int(np.argmax((indices < 0) | (indices >= n_features)))
-            r = int(np.searchsorted(offsets, k, side="right")) - 1
+    status, k = K.check_rows(offsets, indices, values, n_features)
+    if status != K.ROWS_OK:
+        r = int(np.searchsorted(offsets, k, side="right")) - 1
+        if status == K.INDEX_OUT_OF_RANGE:
+            bad = indices[offsets[r] : offsets[r + 1]]
+            j = int(bad[(bad < 0) | (bad >= n_features)][0])
             _fail(
-                f"row_id {int(row_id[r])} has feature index {int(indices[k])}, outside "
+                f"row_id {int(row_id[r])} has feature index {j}, outside "
                 f"[0, {n_features}) (n_features in manifest.json): the manifest and "
                 "the shards disagree; re-run the prep",
                 path,
             )
-        bad = np.diff(indices) <= 0
-        if bad.any():
-            starts = offsets[1:-1]
-            bad[starts[(starts > 0) & (starts < nnz)] - 1] = False  # row boundaries
-            if bad.any():
-                k = int(np.argmax(bad)) + 1
-                r = int(np.searchsorted(offsets, k, side="right")) - 1
-                _fail(
-                    f"row_id {int(row_id[r])}: feature indices are not sorted and "
-                    "unique as the shard format requires",
-                    path,
-                )
-        if not np.isfinite(values).all():
-            k = int(np.argmax(~np.isfinite(values)))
-            r = int(np.searchsorted(offsets, k, side="right")) - 1
-            _fail(f"row_id {int(row_id[r])} holds a NaN or infinite value", path)
+        if status == K.INDEX_NOT_INCREASING:
+            _fail(
+                f"row_id {int(row_id[r])}: feature indices are not sorted and unique "
+                "as the shard format requires",
+                path,
+            )
+        _fail(f"row_id {int(row_id[r])} holds a NaN or infinite value", path)
     if label is not None:
         wrong = labels != label
     else:

@@ -278,3 +278,35 @@ def test_merged_duplicates_give_the_unmerged_problems_decision_values(space):
         assert np.abs(f - f_direct).max() <= 1e-5
     with pytest.raises(ValueError, match="weight must hold one positive"):
         Partitioner(Xm, ym, weight=w[:-1])
+
+
+def test_search_on_duplicated_rows_gives_the_unmerged_cv_error():
+    """Through the public estimator: rows repeated 1-3 times (merged inside the search
+    with their multiplicity as weight); the CV error of the returned pair and of the
+    map at random points equal direct fits on the unmerged rows."""
+    X0, y0 = _data(16, seed=5)
+    reps = np.random.default_rng(5).integers(1, 4, size=len(y0))
+    X, y = np.repeat(X0, reps, axis=0), np.repeat(y0, reps)
+    assert len(y) > len(y0) + 5
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=0).split(X, y))
+    s = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=2.0, engine="local",
+                     lambda_min=0.1, spaces=["lambda_eta"], progress=False).fit(X, y)  # fmt: skip
+    assert any(d["merged_rows"] > 0 for d in s.diagnostics_[0.5]["lambda_eta"])
+    bp = s.best_params_
+    assert s.cv_error_ == pytest.approx(
+        direct_cv_error(X, y, folds, bp["C_pos"], bp["C_neg"], 2.0)
+    )
+    cells = [(c["cv_error"], shapely.geometry.shape(c["geometry"]))
+             for c in s.partition_[0.5]["lambda_eta"]]  # fmt: skip
+    rng = np.random.default_rng(1)
+    checked = 0
+    while checked < 4:
+        lam, eta = rng.uniform(0.1, 1.0), rng.uniform(0.05, 0.95)
+        inside = [e for e, g in cells if g.buffer(-1e-6).contains(Point(lam, eta))]
+        if len(inside) != 1:
+            continue  # too near a cell boundary for a direct fit to settle it
+        c_pos, c_neg = eta / lam, (1 - eta) / lam
+        assert inside[0] == pytest.approx(
+            direct_cv_error(X, y, folds, c_pos, c_neg, 2.0)
+        ), (lam, eta)
+        checked += 1

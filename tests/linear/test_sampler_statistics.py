@@ -1,0 +1,118 @@
+"""The samplers' promises, checked by their statistics: each step draws the positive class
+with probability 1/2 (balanced) or n+/n (uniform), within binomial bounds, in memory and
+streaming; rows of a class come without replacement, every row exactly once per pass
+over its class; and on a Dask cluster the steps of the workers together are balanced."""
+
+import numpy as np
+import pytest
+
+from bigrate.linear.sampler import InMemorySampler, ShardSampler
+from tests.linear.test_sgd_estimators import write_dataset
+
+N_POS, N_NEG = 300, 2700
+Z = 5.0  # binomial bound in standard deviations (a false alarm about once in 3.5 M)
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N_POS + N_NEG, 3))
+    y = np.r_[np.ones(N_POS), -np.ones(N_NEG)].astype(np.int8)
+    return X, y
+
+
+def _within(k: int, n: int, p: float) -> bool:
+    return abs(k - n * p) <= Z * np.sqrt(n * p * (1 - p))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    X, y = _data()
+    return write_dataset(tmp_path_factory.mktemp("s") / "ds", X, y, row_group_size=256)
+
+
+def _draws_in_memory(mode, steps, chunk=4096):
+    import scipy.sparse as sp
+
+    X, y = _data()
+    s = InMemorySampler(sp.csr_matrix(X), y, mode, 7)
+    out = []
+    while sum(map(len, out)) < steps:
+        _, yy, order = s.next(min(chunk, steps - sum(map(len, out))))
+        out.append(order)
+    order = np.concatenate(out)
+    return order, y[order]
+
+
+def _draws_streaming(ds, mode, steps, buffer_rows, chunk=4096):
+    s = ShardSampler(ds, mode, 7, buffer_rows=buffer_rows, batch_rows=512)
+    ids, labels = [], []
+    while sum(map(len, ids)) < steps:
+        X, yy, order = s.next(min(chunk, steps - sum(map(len, ids))))
+        ids.append(s.last_row_ids)
+        labels.append(yy[order])
+    return np.concatenate(ids), np.concatenate(labels)
+
+
+@pytest.mark.parametrize("mode,p_pos", [("balanced", 0.5), ("uniform", N_POS / 3000)])
+def test_class_frequency_in_memory(mode, p_pos):
+    steps = 60_000
+    _, y = _draws_in_memory(mode, steps)
+    assert _within(int((y > 0).sum()), steps, p_pos), (y > 0).mean()
+
+
+@pytest.mark.parametrize("mode,p_pos", [("balanced", 0.5), ("uniform", N_POS / 3000)])
+def test_class_frequency_streaming(shards, mode, p_pos):
+    steps = 60_000
+    _, y = _draws_streaming(shards, mode, steps, buffer_rows=1000)
+    assert _within(int((y > 0).sum()), steps, p_pos), (y > 0).mean()
+
+
+def test_every_row_once_per_pass_in_memory():
+    order, y = _draws_in_memory("balanced", 40_000)
+    for cls in (1, -1):
+        rows = order[y == cls]
+        n = N_POS if cls > 0 else N_NEG
+        for k in range(len(rows) // n):  # every complete pass over the class
+            assert np.array_equal(np.sort(rows[k * n : (k + 1) * n]),
+                                  np.arange(n) if cls > 0 else np.arange(N_POS, 3000))  # fmt: skip
+
+
+def test_every_row_once_per_pass_streaming(shards):
+    """With a buffer that holds the class, each pass over it draws every row once."""
+    from bigrate import ShardedDataset
+
+    ds = ShardedDataset(shards)
+    want = {
+        cls: np.sort(np.concatenate([b.row_id for b in ds.iter_batches("train", c)]))
+        for cls, c in ((1, "pos"), (-1, "neg"))
+    }
+    ids, y = _draws_streaming(ds, "balanced", 40_000, buffer_rows=4096)
+    for cls, rows in want.items():
+        drawn = ids[y == cls]
+        n = len(rows)
+        assert len(drawn) >= 2 * n
+        for k in range(len(drawn) // n):
+            assert np.array_equal(np.sort(drawn[k * n : (k + 1) * n]), rows)
+
+
+def test_pairs_draw_one_of_each_class(shards):
+    ids, y = _draws_streaming(shards, "pairs", 3000, buffer_rows=4096)
+    assert (y[:3000] > 0).all() and (y[3000:] < 0).all()
+
+
+def test_distributed_rounds_are_balanced_on_dask(shards):
+    """The steps of both workers of a real Dask cluster, summed from the round results:
+    positives and negatives each drawn with probability 1/2."""
+    from bigrate import NeymanPearsonSGD
+    from bigrate.engines import open_engine
+    from bigrate.linear import fit_distributed
+    from tests.linear.test_distributed import _Recording
+
+    with open_engine("dask", n_workers=2, dashboard=False) as eng:
+        rec = _Recording(eng)
+        fit_distributed(NeymanPearsonSGD(rho=0.1, epochs=4, random_state=0), shards,
+                        rec, progress=False)  # fmt: skip
+    stats = sum(r["stats"] for _, results in rec.rounds for r in results)
+    n_neg, n_pos = int(stats[0]), int(stats[3])
+    assert n_neg + n_pos == 4 * 2 * N_NEG  # 4 epochs of 2 max(n+, n-) steps
+    assert _within(n_pos, n_pos + n_neg, 0.5), (n_pos, n_neg)
