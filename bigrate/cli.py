@@ -221,7 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="print a dataset's manifest summary")
     p.add_argument("path")
-    p.add_argument("--verify", action="store_true", help="also check every file's sha256 and decode every row against the manifest")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every file's sha256 and decode every row against the manifest",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     return ap
 

@@ -19,6 +19,7 @@ import numpy as np
 __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
+    "current_umask",
     "jsonable",
     "pid_alive",
     "replace_dir",
@@ -53,7 +54,7 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> Path:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -62,7 +63,8 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> Path:
     return path
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask (read without changing it for longer than a call)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from bigrate.files import replace_dir
+from bigrate.files import current_umask, replace_dir
 
 FORMAT = "bigrate-model"
 VERSION = 2
@@ -64,16 +64,16 @@ def _import(qualname: str, where: str):
     try:
         return getattr(importlib.import_module(mod), name)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"{where}: class {qualname!r} cannot be imported: {e}") from None
+        raise ValueError(
+            f"{where}: class {qualname!r} cannot be imported: {e}"
+        ) from None
 
 
 def fitted_state(est) -> dict:
     """The public fitted attributes of ``est`` (names ending in ``_``) and the private
     ones its class lists in ``_persist_private``."""
     out = {
-        k: v
-        for k, v in vars(est).items()
-        if k.endswith("_") and not k.startswith("_")
+        k: v for k, v in vars(est).items() if k.endswith("_") and not k.startswith("_")
     }
     for k in getattr(type(est), "_persist_private", ()):
         if hasattr(est, k):
@@ -216,7 +216,7 @@ def save_model(estimator, path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~current_umask())
         with open(tmp / "arrays.npz", "wb") as f:
             np.savez(f, **enc.arrays)
         (tmp / "model.json").write_text(text, encoding="utf-8")
@@ -227,18 +227,14 @@ def save_model(estimator, path: str | os.PathLike) -> Path:
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def load_model(path: str | os.PathLike):
     """Rebuild an estimator saved by :func:`save_model` (or ``est.save``)."""
     path = Path(path)
     mfile = path / "model.json"
     if not mfile.exists():
-        raise FileNotFoundError(f"{path}: no model.json here; not a saved bigrate model")
+        raise FileNotFoundError(
+            f"{path}: no model.json here; not a saved bigrate model"
+        )
     try:
         meta = json.loads(mfile.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

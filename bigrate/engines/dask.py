@@ -79,7 +79,7 @@ class DaskEngine(Engine):
                 silence_logs=logging.ERROR if quiet else logging.WARNING,
             )
             self.client = Client(self.cluster)
-        self._known = set(self.workers())
+        self._known = self._worker_ids()
 
     @property
     def dashboard_link(self) -> str | None:
@@ -91,15 +91,23 @@ class DaskEngine(Engine):
     def workers(self) -> list[str]:
         return sorted(self.client.scheduler_info()["workers"])
 
+    def _worker_ids(self) -> dict[str, str]:
+        """Worker process id -> address (a worker restarted at the same address by its
+        nanny is a new process with a new id)."""
+        info = self.client.scheduler_info()["workers"]
+        return {w.get("id", addr): addr for addr, w in info.items()}
+
     def poll_events(self) -> list[dict]:
-        now = set(self.workers())
+        now = self._worker_ids()
         before = getattr(self, "_known", None)
         self._known = now
         if before is None:
             return []
-        return [{"event": "worker_lost", "worker": w} for w in sorted(before - now)] + [
-            {"event": "worker_joined", "worker": w} for w in sorted(now - before)
-        ]
+        lost = [{"event": "worker_lost", "worker": before[k]} for k in before
+                if k not in now]  # fmt: skip
+        joined = [{"event": "worker_joined", "worker": now[k]} for k in now
+                  if k not in before]  # fmt: skip
+        return lost + joined
 
     @property
     def n_workers(self) -> int:

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from bigrate.data.reader import ShardedDataset
-from bigrate.files import atomic_write_text, jsonable, replace_dir
+from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
 from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
 from bigrate.linear.sgd import KernelConfig, SGDState, merge_states, steps_from
 from bigrate.progress import Progress
@@ -78,7 +78,7 @@ def save_snapshot(snap: Snapshot, path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o777 & ~current_umask())
         with open(tmp / "state.npz", "wb") as f:
             np.savez(f, w=snap.state.w, epoch_stats=snap.epoch_stats)
             f.flush()

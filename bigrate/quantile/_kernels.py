@@ -39,7 +39,6 @@ NOT_FINITE = 4  # a non-finite value appeared in the state
 PLATEAU = 5  # dw/dtau is ~0: check whether w stays optimal up to tau = 1
 
 
-
 @njit(cache=True, nogil=True)
 def upper_bound(y_i, s_i, tau):
     """Box of a (merged) example of weight s_i: s_i (1 - tau) if positive, s_i tau if

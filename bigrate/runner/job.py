@@ -137,12 +137,11 @@ def checkpoint_round(run: RunDir) -> int | None:
 
 
 def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
-         run: RunDir | None = None):  # fmt: skip
+         run: RunDir | None = None, on_round=None):  # fmt: skip
     est = make_estimator(spec.estimator, params)
     ckpt = {}
     if run is not None and entry(spec.estimator).streams:
-        ckpt = _checkpoints(spec, run)
-        ckpt["on_round"] = _cluster_events(eng, run, progress)
+        ckpt = {**_checkpoints(spec, run), "on_round": on_round}
     return fit_on_engine(est, ds, eng, progress, **ckpt)
 
 
@@ -161,7 +160,9 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     with open_engine(spec, run, progress) as eng:
         t = time.perf_counter()
         run.event("train_started", params=params)
-        est = _fit(spec, params, ds, eng, progress, run)
+        events = _cluster_events(eng, run, progress)
+        est = _fit(spec, params, ds, eng, progress, run, on_round=events)
+        events()  # a worker lost in the last round
         fit_s = time.perf_counter() - t
     run.event("train_finished", seconds=fit_s)
     return _finish_model(spec, run, est, ds, {"fit_seconds": fit_s, "params": params})

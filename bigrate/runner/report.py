@@ -101,7 +101,9 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
         )
         grid = np.full((len(ys), len(xs)), np.nan)
         for r in rows:
-            grid[ys.index(r["params"][keys[1]]), xs.index(r["params"][keys[0]])] = r[col]
+            grid[ys.index(r["params"][keys[1]]), xs.index(r["params"][keys[0]])] = r[
+                col
+            ]
         im = ax.imshow(
             grid,
             origin="lower",

@@ -53,7 +53,11 @@ _SCHEMA = {
     "engine": {"name": str, "address": str, "workers": int, "timeout": (int, float)},
     "sweep": {"grid": dict, "cv": (int, str), "select": str, "seed": int},
     "evaluate": {"model": str, "splits": list},
-    "output": {"dir": str, "checkpoint_rounds": int, "checkpoint_minutes": (int, float)},
+    "output": {
+        "dir": str,
+        "checkpoint_rounds": int,
+        "checkpoint_minutes": (int, float),
+    },
 }
 _REQUIRED = {"job": ["kind", "name"], "data": ["path"]}
 

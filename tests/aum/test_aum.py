@@ -220,3 +220,40 @@ def test_learner_decreases_aum_every_step(seed):
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def independent_aum(y, pred):
+    """The AUM by its definition, with NumPy only: the threshold tau sweeps the real
+    line; a negative is a false positive once tau >= -pred (FP rate counts them / n-),
+    a positive a false negative while tau < -pred (/ n+); integrate min(FP, FN) over
+    the intervals between consecutive thresholds, where both are constant."""
+    y, t = np.asarray(y), -np.asarray(pred, dtype=float)
+    ts = np.unique(t)
+    mids = (ts[:-1] + ts[1:]) / 2
+    fp = ((y < 0)[None, :] & (t[None, :] <= mids[:, None])).sum(1) / (y < 0).sum()
+    fn = ((y > 0)[None, :] & (t[None, :] > mids[:, None])).sum(1) / (y > 0).sum()
+    return float(np.sum(np.minimum(fp, fn) * np.diff(ts)))
+
+
+@pytest.mark.parametrize("rounding", [None, 1])  # 1 decimal: many tied predictions
+def test_aum_and_auc_against_outside_references(seed, rounding):
+    """The package's AUM against the definition's integral, its AUC against
+    scikit-learn's roc_auc_score (ties count one half in both), at predictions and
+    along a line search's pieces."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    n = 90
+    y = np.where(rng.random(n) < 0.35, 1, -1)
+    pred, d = rng.standard_normal(n) + 0.8 * y, rng.standard_normal(n)
+    if rounding is not None:
+        pred, d = np.round(pred, rounding), np.round(d, rounding)
+    bp = Breakpoints.binary(y)
+    a, u = aum_auc(pred, bp)
+    assert a == pytest.approx(independent_aum(y, pred), abs=1e-12)
+    assert u == pytest.approx(roc_auc_score(y, pred), abs=1e-12)
+    r = line_search(y, pred, d, variant="quadratic")
+    for s in rng.random(40) * r.step_sizes[-1] * 1.5:
+        f = pred + s * d
+        assert r.aum_at(s) == pytest.approx(independent_aum(y, f), abs=1e-9)
+        assert r.auc_at(s) == pytest.approx(roc_auc_score(y, f), abs=1e-9)

@@ -2,7 +2,6 @@
 properties, MM monotonicity, and constraints met on real (adult) and synthetic data."""
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,8 +27,6 @@ from bigrate.constrained import (
     true_negative_rate,
 )
 from bigrate.constrained.classifier import _Compiled, _Data, _hinge_terms, ramp
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _toy(n=300, seed=0):
@@ -155,11 +152,11 @@ def test_two_constraints_by_cutting_planes():
     assert len(clf.multipliers_) == 2 and (clf.multipliers_ >= 0).all()
 
 
-@pytest.mark.skipif(not (SHARED / "adult").exists(), reason="needs ../shared/data")
-def test_demographic_parity_ratio_08_met_on_adult_training_data():
+def test_demographic_parity_ratio_08_met_on_adult_training_data(shared_data):
+    """Shared data, like every other test that needs it: missing data fails loudly."""
     from bigrate.datasets import load_adult
 
-    X, y, sex = load_adult(SHARED)["train"]
+    X, y, sex = load_adult(shared_data)["train"]
     idx = np.random.default_rng(0).permutation(len(y))[:1500]
     X, y, sex = X[idx], y[idx], sex[idx]
     c = positive_rate(group="Female") >= 0.8 * positive_rate(group="Male")

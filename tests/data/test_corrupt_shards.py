@@ -79,7 +79,9 @@ def test_row_counts_changed_in_the_manifest(ds_copy):
     m = _manifest(ds_copy)
     m["files"][0]["rows"] += 7
     _write_manifest(ds_copy, m)
-    with pytest.raises(DataError, match=m["files"][0]["path"] + r": Parquet footer has"):
+    with pytest.raises(
+        DataError, match=m["files"][0]["path"] + r": Parquet footer has"
+    ):
         ShardedDataset(ds_copy).check()
     m["files"][0]["rows"] -= 7
     m["rows"]["train"]["pos"] += 1

@@ -149,6 +149,6 @@ def test_cli_info_and_json(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "features     300" in p.stdout and "[bigrate] prep synth" in p.stderr
     p = run_cli("info", tmp_path / "s", "--verify", check=True)
-    assert "verified     sha256 of" in p.stdout and "train" in p.stdout
+    assert "verified     sha256, rows" in p.stdout and "train" in p.stdout
     man = json.loads(run_cli("info", tmp_path / "s", "--json", check=True).stdout)
     assert man["n_features"] == 300 and man["command"].startswith("bigrate prep synth")

@@ -1,7 +1,8 @@
 """The samplers' promises, checked by their statistics: each step draws the positive class
 with probability 1/2 (balanced) or n+/n (uniform), within binomial bounds, in memory and
-streaming; rows of a class come without replacement, every row exactly once per pass
-over its class; and on a Dask cluster the steps of the workers together are balanced."""
+streaming; rows of a class come without replacement (in memory every row exactly once per
+pass over its class, streaming evenly through the shuffle buffer); and on a Dask cluster
+the steps of the workers together are balanced."""
 
 import numpy as np
 import pytest
@@ -49,7 +50,8 @@ def _draws_streaming(ds, mode, steps, buffer_rows, chunk=4096):
     while sum(map(len, ids)) < steps:
         X, yy, order = s.next(min(chunk, steps - sum(map(len, ids))))
         ids.append(s.last_row_ids)
-        labels.append(yy[order])
+        # pairs: order is (positives, negatives), the rows in that order already
+        labels.append(yy if mode == "pairs" else yy[order])
     return np.concatenate(ids), np.concatenate(labels)
 
 
@@ -77,22 +79,34 @@ def test_every_row_once_per_pass_in_memory():
                                   np.arange(n) if cls > 0 else np.arange(N_POS, 3000))  # fmt: skip
 
 
-def test_every_row_once_per_pass_streaming(shards):
-    """With a buffer that holds the class, each pass over it draws every row once."""
-    from bigrate import ShardedDataset
-
-    ds = ShardedDataset(shards)
-    want = {
-        cls: np.sort(np.concatenate([b.row_id for b in ds.iter_batches("train", c)]))
-        for cls, c in ((1, "pos"), (-1, "neg"))
-    }
-    ids, y = _draws_streaming(ds, "balanced", 40_000, buffer_rows=4096)
-    for cls, rows in want.items():
-        drawn = ids[y == cls]
-        n = len(rows)
-        assert len(drawn) >= 2 * n
-        for k in range(len(drawn) // n):
-            assert np.array_equal(np.sort(drawn[k * n : (k + 1) * n]), rows)
+@pytest.mark.parametrize("buffer_rows", [100, 1000, 4096])
+def test_streaming_draws_every_row_once_per_pass(shards, buffer_rows):
+    """Streaming, a class's rows come without replacement through the shuffle buffer:
+    every pass over the class's row groups reads each row once, and each row read is
+    drawn once or is still waiting in the buffer. So, exactly, for every row: times
+    drawn + copies left in the buffer = passes that have read its row group."""
+    ds = shards
+    s = ShardSampler(ds, "balanced", 7, buffer_rows=buffer_rows, batch_rows=512)
+    drawn = []
+    for steps in (777, 4096, 50, 3000, 4096, 4096, 123):
+        X, yy, order = s.next(steps)
+        drawn.append(s.last_row_ids)
+    drawn = np.concatenate(drawn)
+    for stream in (s.pos, s.neg):
+        counts = np.zeros(3000, int)
+        np.add.at(counts, drawn, 1)
+        waiting = np.zeros(3000, int)
+        np.add.at(waiting, stream.buf.row_id[stream.at :], 1)
+        unread = {(u[0].path, u[1]) for u in stream.queue}  # this pass, not yet read
+        checked = 0
+        for shard, rg in stream.units:
+            ids = np.concatenate(
+                [b.row_id for b in ds.iter_file(shard, 512, row_groups=[rg])]
+            )
+            reads = stream.passes - ((shard.path, rg) in unread)
+            np.testing.assert_array_equal(counts[ids] + waiting[ids], reads)
+            checked += len(ids)
+        assert checked in (N_POS, N_NEG) and stream.passes >= 2
 
 
 def test_pairs_draw_one_of_each_class(shards):

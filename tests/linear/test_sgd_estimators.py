@@ -204,3 +204,38 @@ def test_save_load_and_warm_start(tmp_path, seed):
     back.set_params(warm_start=True, epochs=2)
     back.fit(X, y)
     assert back.t_ > clf.t_ and len(back.history_) == 5
+
+
+def _bayes_direction(d=10, sep=1.6):
+    """blobs(): N(+-mu, I) with mu = (sep, sep/2, 0, ...); the NP-optimal scores are the
+    projections on mu (Neyman-Pearson lemma), with Pnd at false-alarm rate a equal to
+    Phi(z_(1-a) - ||2 mu||)."""
+    mu = np.zeros(d)
+    mu[0], mu[1] = sep, 0.5 * sep
+    return mu
+
+
+def test_np_sgd_is_near_the_bayes_neyman_pearson_test(seed):
+    """Against the outside reference of the NP lemma: on new data the learned rule's
+    miss rate is within half a point of the optimal test's at the same false-alarm rate."""
+    from scipy.stats import norm
+
+    X, y = blobs(seed)
+    clf = NeymanPearsonSGD(rho=0.1, epochs=15, random_state=seed).fit(X, y)
+    Xt, yt = blobs(seed + 100, n=100_000)
+    pfa, pnd = pfa_pnd(yt, clf.decision_function(Xt))
+    mu = _bayes_direction()
+    bayes_pnd = norm.cdf(norm.ppf(1 - pfa) - 2 * np.linalg.norm(mu))
+    assert pfa <= 0.1 + 0.01, pfa
+    assert pnd <= bayes_pnd + 0.005, (pfa, pnd, bayes_pnd)
+
+
+def test_qvalue_sgd_accepts_nearly_what_the_bayes_ranking_accepts(seed):
+    """Against the Bayes ranking (projection on mu) on the same new data: at least
+    95% of its targets accepted at q = 0.05."""
+    X, y = blobs(seed, sep=1.0)
+    clf = QValueSGD(q=0.05, epochs=10, random_state=seed).fit(X, y)
+    Xt, yt = blobs(seed + 100, n=50_000, sep=1.0)
+    got = positives_at_q(yt, clf.decision_function(Xt), 0.05)
+    best = positives_at_q(yt, Xt @ _bayes_direction(sep=1.0), 0.05)
+    assert got >= 0.95 * best, (got, best)

@@ -12,7 +12,7 @@ import pytest
 from bigrate import load_model
 from bigrate.linear.distributed import load_snapshot
 from tests.conftest import run_cli, start_cli
-from tests.runner.test_jobs import job_file, only_run, synth  # noqa: F401 - fixture
+from tests.runner.test_jobs import job_file, only_run
 
 
 def train_body(data, out, engine="local", epochs=30, every=1):
@@ -59,7 +59,7 @@ def same_model(a, b):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, synth):  # noqa: F811
+def uninterrupted(tmp_path_factory, synth):
     out = tmp_path_factory.mktemp("ck") / "runs"
     tmp = out.parent
     run_cli("run", job_file(tmp, train_body(synth, out)), "--quiet", check=True)
@@ -70,7 +70,9 @@ def uninterrupted(tmp_path_factory, synth):  # noqa: F811
 
 
 def test_sigkill_mid_training_resumes_from_the_last_checkpoint(
-    tmp_path, synth, uninterrupted  # noqa: F811
+    tmp_path,
+    synth,
+    uninterrupted,
 ):
     out = tmp_path / "runs"
     proc = start_cli("run", job_file(tmp_path, train_body(synth, out)), "--quiet")
@@ -91,7 +93,9 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(
 
 
 def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(
-    tmp_path, synth, uninterrupted  # noqa: F811
+    tmp_path,
+    synth,
+    uninterrupted,
 ):
     out = tmp_path / "runs"
     body = train_body(synth, out, every=1000)  # only the Ctrl-C writes one
@@ -121,7 +125,7 @@ def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(
     same_model(load_model(run / "model"), uninterrupted)
 
 
-def test_dask_training_resumes_to_the_uninterrupted_model(tmp_path, synth):  # noqa: F811
+def test_dask_training_resumes_to_the_uninterrupted_model(tmp_path, synth):
     out_a, out_b = tmp_path / "a", tmp_path / "b"
     body_a = train_body(synth, out_a, engine="dask", epochs=8)
     run_cli("run", job_file(tmp_path, body_a), "--quiet", check=True)

@@ -213,9 +213,7 @@ def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_c
         engine="ray",
         epochs=6,
     )
-    proc = start_cli(
-        "run", job_file(tmp_path, body), "--address", address, text=True
-    )
+    proc = start_cli("run", job_file(tmp_path, body), "--address", address, text=True)
     killed = None
     t0 = time.time()
     while time.time() - t0 < 180 and killed is None and proc.poll() is None:

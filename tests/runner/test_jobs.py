@@ -13,15 +13,6 @@ from bigrate import load_model
 from tests.conftest import run_cli, start_cli, wait_for_results
 
 
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory):
-    from bigrate.data.prep import prep_synth
-
-    d = tmp_path_factory.mktemp("jobs") / "syn"
-    prep_synth(d, rows=30_000, features=2000, progress=False)
-    return d
-
-
 def job_file(tmp_path, body: str):
     p = tmp_path / "job.toml"
     p.write_text(body)
@@ -156,7 +147,7 @@ def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):
     assert 3 <= len(before) < 18
     assert (run / ".lock").exists()  # left by the killed driver: stale, taken over
     st = run_cli("status", run, check=True).stdout
-    assert "interrupted or failed" in st and f"{len(before)}/18 tasks done" in st
+    assert "state    interrupted" in st and f"{len(before)}/18 tasks done" in st
     p = run_cli("resume", run, check=True)
     after = {f.name: f.read_bytes() for f in (run / "results").glob("*.json")}
     assert len(after) == 18

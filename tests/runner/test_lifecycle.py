@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import run_cli
-from tests.runner.test_jobs import job_file, only_run, synth, train_job  # noqa: F401
+from tests.runner.test_jobs import job_file, only_run, train_job
 
 
 def dead_port() -> int:
@@ -27,7 +27,10 @@ def dead_port() -> int:
     "engine,address", [("dask", "tcp://127.0.0.1:{port}"), ("ray", "127.0.0.1:{port}")]
 )
 def test_dead_address_fails_in_one_line_without_a_run_directory(
-    tmp_path, synth, engine, address  # noqa: F811
+    tmp_path,
+    synth,
+    engine,
+    address,
 ):
     address = address.format(port=dead_port())
     body = train_job(synth, tmp_path / "runs", engine=engine)
@@ -43,7 +46,7 @@ def test_dead_address_fails_in_one_line_without_a_run_directory(
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_failure_is_recorded_and_status_says_resume_cannot_help(tmp_path, synth):  # noqa: F811
+def test_failure_is_recorded_and_status_says_resume_cannot_help(tmp_path, synth):
     data = tmp_path / "data"
     shutil.copytree(synth, data)
     m = json.loads((data / "manifest.json").read_text())
@@ -63,7 +66,8 @@ def test_failure_is_recorded_and_status_says_resume_cannot_help(tmp_path, synth)
 
 
 def test_runs_lists_states_and_latest_names_the_newest_complete_run(
-    tmp_path, synth  # noqa: F811
+    tmp_path,
+    synth,
 ):
     out = tmp_path / "runs"
     body = train_job(synth, out).replace('name = "t"', 'name = "a9a-np"')
@@ -92,10 +96,12 @@ def test_runs_lists_states_and_latest_names_the_newest_complete_run(
     st = run_cli("status", out / "a9a-np-LATEST", check=True).stdout
     assert str(runs[-1]) in st
     missing = run_cli("status", out / "nothing-LATEST")
-    assert missing.returncode == 2 and "no complete run of job 'nothing'" in missing.stderr
+    assert (
+        missing.returncode == 2 and "no complete run of job 'nothing'" in missing.stderr
+    )
 
 
-def test_train_out_refuses_an_existing_model_without_overwrite(tmp_path, synth):  # noqa: F811
+def test_train_out_refuses_an_existing_model_without_overwrite(tmp_path, synth):
     args = ("train", synth, "--engine", "local", "--epochs", "1", "--quiet")
     run_cli(*args, "--out", tmp_path / "m", check=True)
     before = (tmp_path / "m" / "model" / "arrays.npz").read_bytes()
@@ -105,7 +111,7 @@ def test_train_out_refuses_an_existing_model_without_overwrite(tmp_path, synth):
     run_cli(*args, "--out", tmp_path / "m", "--overwrite", check=True)
 
 
-def test_run_directory_files_follow_the_umask(tmp_path, synth):  # noqa: F811
+def test_run_directory_files_follow_the_umask(tmp_path, synth):
     p = run_cli("run", job_file(tmp_path, train_job(synth, tmp_path / "runs")), "--quiet",
                 check=True)  # fmt: skip
     run = only_run(tmp_path / "runs")
@@ -121,7 +127,7 @@ def test_run_directory_files_follow_the_umask(tmp_path, synth):  # noqa: F811
     assert p.returncode == 0
 
 
-def test_info_json_into_a_closed_pipe(synth):  # noqa: F811
+def test_info_json_into_a_closed_pipe(synth):
     cmd = f"{sys.executable} -m bigrate.cli info {synth} --json | head -3"
     p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
     assert len(p.stdout.splitlines()) == 3
