@@ -3,8 +3,10 @@
     python benchmarks/bench_jobs.py [--rows 804414]
 
 overhead: an NP training job through `bigrate run` vs calling the estimator directly on
-          the same shards, local engine and Dask engine (2 workers); cluster start-up is
-          read from the run's event log and reported separately.
+          the same shards (local: the in-process `fit`, against the job's checkpointed
+          rounds on the local engine; Dask: `fit_distributed` on 2 workers), with the
+          test Pfa / Pnd of both; cluster start-up is read from the run's event log and
+          reported separately.
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
           (sequential), Dask (2 workers) and Ray (2 CPUs); start-up reported separately.
 
@@ -94,25 +96,34 @@ dir = "{out}"
         startup = ev["engine_started"]["seconds"] if "engine_started" in ev else 0.0
         t = time.perf_counter()
         if engine == "local":
-            NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0).fit(ds)
+            m = NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0).fit(ds)
             direct = time.perf_counter() - t
         else:
             with DaskEngine(n_workers=2, dashboard=False) as eng:
                 t = time.perf_counter()
-                fit_distributed(
+                m = fit_distributed(
                     NeymanPearsonSGD(rho=0.05, epochs=3, random_state=0),
                     ds,
                     eng,
                     progress=False,
                 )
                 direct = time.perf_counter() - t
-        fit_in_job = json.loads((run / "metrics.json").read_text())["fit_seconds"]
+        metrics = json.loads((run / "metrics.json").read_text())
+        fit_in_job = metrics["fit_seconds"]
+        from bigrate.metrics import evaluate_split
+
+        direct_test = evaluate_split(m.decision_function, ds, "test", rho=0.05)
         res[f"train_{engine}"] = {
             "bigrate_run_wall_s": wall,
             "engine_startup_s": startup,
             "fit_in_job_s": fit_in_job,
             "direct_fit_s": direct,
             "job_minus_startup_over_direct": (wall - startup) / direct,
+            "fit_in_job_over_direct": fit_in_job / direct,
+            "test_pfa_pnd_job": [
+                metrics["evaluation"]["test"][k] for k in ("pfa", "pnd")
+            ],
+            "test_pfa_pnd_direct": [direct_test[k] for k in ("pfa", "pnd")],
             "note": "the job also evaluates every split and saves the model; wall time "
             "includes interpreter start-up and imports",
         }

@@ -46,11 +46,11 @@ def _instances():
             engine="local",
             progress=False,
         ),
-        BPSPSearchCV(  # linear kernel, C+ + C- <= 2: the exact partition stays small
+        BPSPSearchCV(  # linear kernel, C+ + C- <= 1.1: the exact partition stays small
             kernel="linear",
             cv=2,
             engine="local",
-            lambda_min=0.5,
+            lambda_min=0.9,
             spaces=["lambda_eta"],
             progress=False,
         ),

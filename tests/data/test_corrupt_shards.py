@@ -104,7 +104,7 @@ def test_truncated_file(ds_copy):
     assert rc == 2 and f["path"] in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("where", [0.3, 0.5, 0.7, 0.9])
+@pytest.mark.parametrize("where", [0.4, 0.8])
 def test_flipped_bytes(ds_copy, where):
     f = _first_file(ds_copy, "train", "neg")
     victim = ds_copy / f["path"]

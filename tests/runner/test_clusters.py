@@ -105,8 +105,7 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
     tmp_path, synth, dask_cluster
 ):
     address, _, workers = dask_cluster
-    body = train_job(synth, tmp_path / "runs", engine="dask", extra=", epochs = 12")
-    body = body.replace("epochs = 4 ,", "")
+    body = train_job(synth, tmp_path / "runs", engine="dask", epochs=12)
     proc = start_cli("run", job_file(tmp_path, body), "--address", address, text=True)
     # wait for training rounds to start, then kill one worker process (not its nanny)
     victim = None
@@ -178,10 +177,10 @@ def ray_cluster(tmp_path_factory):
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group this test started, SIGKILL after 60 s."""
+    """SIGTERM to the process group this test started, SIGKILL after 10 s."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

@@ -19,7 +19,7 @@ def job_file(tmp_path, body: str):
     return p
 
 
-def train_job(data, out, engine="local", extra=""):
+def train_job(data, out, engine="local", extra="", epochs=4):
     return f"""
 [job]
 kind = "train"
@@ -28,7 +28,7 @@ name = "t"
 path = "{data}"
 [model]
 estimator = "NeymanPearsonSGD"
-params = {{ rho = 0.05, epochs = 4 {extra} }}
+params = {{ rho = 0.05, epochs = {epochs} {extra} }}
 [engine]
 name = "{engine}"
 [output]

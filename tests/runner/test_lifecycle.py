@@ -52,7 +52,7 @@ def test_failure_is_recorded_and_status_says_resume_cannot_help(tmp_path, synth)
     m = json.loads((data / "manifest.json").read_text())
     m["n_features"] = 100  # the shards hold larger indices: a DataError when read
     (data / "manifest.json").write_text(json.dumps(m))
-    p = run_cli("run", job_file(tmp_path, train_job(data, tmp_path / "runs")))
+    p = run_cli("run", job_file(tmp_path, train_job(data, tmp_path / "runs", epochs=1)))
     assert p.returncode == 2 and "outside [0, 100)" in p.stderr
     run = only_run(tmp_path / "runs")
     ev = [json.loads(line) for line in (run / "events.jsonl").open()]
@@ -70,7 +70,7 @@ def test_runs_lists_states_and_latest_names_the_newest_complete_run(
     synth,
 ):
     out = tmp_path / "runs"
-    body = train_job(synth, out).replace('name = "t"', 'name = "a9a-np"')
+    body = train_job(synth, out, epochs=1).replace('name = "t"', 'name = "a9a-np"')
     for _ in range(2):
         run_cli("run", job_file(tmp_path, body), "--quiet", check=True)
         time.sleep(1.1)  # run directories are stamped to the second
@@ -112,7 +112,7 @@ def test_train_out_refuses_an_existing_model_without_overwrite(tmp_path, synth):
 
 
 def test_run_directory_files_follow_the_umask(tmp_path, synth):
-    p = run_cli("run", job_file(tmp_path, train_job(synth, tmp_path / "runs")), "--quiet",
+    p = run_cli("run", job_file(tmp_path, train_job(synth, tmp_path / "runs", epochs=1)), "--quiet",
                 check=True)  # fmt: skip
     run = only_run(tmp_path / "runs")
     mask = os.umask(0)
