@@ -27,9 +27,11 @@ __all__ = [
     "SELECT",
     "fit_fold",
     "fit_val",
+    "rank_points",
     "run_sweep",
     "select_best",
     "summarise",
+    "write_summary",
 ]
 
 
@@ -144,6 +146,44 @@ def summarise(results: dict, points: Sequence[dict], n_folds: int) -> list[dict]
                 row[f"std_{key}"] = float(np.std(vals))
         table.append(row)
     return table
+
+
+def rank_points(table: list[dict], select: str) -> list[dict]:
+    """Set ``rank`` (1 = best mean ``select``; points with a failed fold get none)."""
+    sign = 1.0 if SELECT[select] == "min" else -1.0
+    ok = [r for r in table if r["complete"] and f"mean_{select}" in r]
+    for k, r in enumerate(sorted(ok, key=lambda r: (sign * r[f"mean_{select}"],
+                                                    r["point"])), 1):  # fmt: skip
+        r["rank"] = k
+    return table
+
+
+def write_summary(table: list[dict], path) -> None:
+    """The per-point summary as Parquet (one row a point: rank, each parameter as a
+    column, n_ok, complete, mean_* and std_* of every metric), written atomically."""
+    import json
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = sorted({k for r in table for k in r["params"]})
+    cols: dict = {"point": [r["point"] for r in table],
+                  "rank": [r.get("rank") for r in table]}  # fmt: skip
+    for k in keys:
+        vals = [r["params"].get(k) for r in table]
+        cols[f"param_{k}"] = (
+            vals if len({type(v) for v in vals}) == 1 else [json.dumps(v) for v in vals]
+        )
+    cols["params"] = [json.dumps(r["params"], sort_keys=True) for r in table]
+    cols["n_ok"] = [r["n_ok"] for r in table]
+    cols["complete"] = [r["complete"] for r in table]
+    stats = sorted({k for r in table for k in r if k.startswith(("mean_", "std_"))})
+    for k in stats:
+        cols[k] = [float(r[k]) if k in r else None for r in table]
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(pa.table(cols), tmp)
+    os.replace(tmp, path)
 
 
 def select_best(table: list[dict], select: str) -> dict:

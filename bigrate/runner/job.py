@@ -10,7 +10,13 @@ from contextlib import contextmanager
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines import open_engine as _open
 from bigrate.metrics import evaluate_split, rate_target
-from bigrate.model_selection.sweep import fit_fold, fit_val, select_best
+from bigrate.model_selection.sweep import (
+    fit_fold,
+    fit_val,
+    rank_points,
+    select_best,
+    write_summary,
+)
 from bigrate.model_selection.sweep import run_sweep as _sweep
 from bigrate.rundir import RunDir
 from bigrate.runner import interrupt
@@ -148,7 +154,8 @@ def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
 def _finish_model(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, extra: dict):
     est.save(run.path / "model")
     ev = evaluate_model(est, ds, ds.splits)
-    metrics = {"evaluation": ev, "history": getattr(est, "history_", []), **extra}
+    metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
+               "history": getattr(est, "history_", []), **extra}  # fmt: skip
     run.write_json("metrics.json", metrics)
     run.event("model_saved", path="model", evaluation=ev)
     return metrics
@@ -207,6 +214,8 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             task_args, select=spec.select, progress=progress,
             after_task=lambda: (events(), interrupt.check()),
         )  # fmt: skip
+        rank_points(table, spec.select)
+        write_summary(table, run.path / "summary.parquet")
         best = select_best(table, spec.select)
         score = best[f"mean_{spec.select}"]
         run.event("sweep_selected", point=best["point"], params=best["params"],
@@ -246,7 +255,8 @@ def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             f"evaluate.splits: {bad} not in {ds.path} (has {list(ds.splits)})"
         )
     ev = evaluate_model(est, ds, spec.splits)
-    metrics = {"evaluation": ev, "model": spec.model}
+    metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
+               "model": spec.model}  # fmt: skip
     run.write_json("metrics.json", metrics)
     run.event("evaluated", evaluation=ev)
     return metrics

@@ -21,7 +21,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.io import load_model
 from bigrate.metrics import roc_points
 from bigrate.rundir import RunDir
-from bigrate.runner.status import format_metrics
+from bigrate.runner.status import results_table, sweep_table
 
 plt = pyplot()
 
@@ -55,19 +55,30 @@ def plot_history(
 ) -> Path | None:
     if not history:
         return None
-    ep = [h["epoch"] for h in history]
+    step = "epoch" if "epoch" in history[0] else "iteration"  # SGD epochs, DC steps
+    if step not in history[0] or "lambda" not in history[0]:
+        return None
+    ep = [h[step] for h in history]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    a1.plot(ep, [h["pfa"] for h in history], "o-", label="Pfa (training, progressive)")
-    a1.plot(ep, [h["pnd"] for h in history], "s-", label="Pnd (training, progressive)")
+    how = "progressive" if step == "epoch" else "after the step"
+    a1.plot(ep, [h["pfa"] for h in history], "o-", label=f"Pfa (training, {how})")
+    a1.plot(ep, [h["pnd"] for h in history], "s-", label=f"Pnd (training, {how})")
     if target:
         a1.axhline(target[1], color="C2", ls="--", label=f"{target[0]} = {target[1]:g}")
-    a1.set_xlabel("epoch")
+    a1.set_xlabel(step)
+    a1.set_ylabel("training rate")
     a1.legend(fontsize=8)
     a1.grid(alpha=0.3)
-    a2.plot(ep, [h["lambda"] for h in history], "o-", color="C4")
-    a2.set_xlabel("epoch")
-    a2.set_ylabel("multiplier lambda")
-    a2.set_yscale("log")
+    lam = [h["lambda"] for h in history]
+    a2.plot(ep, lam, "o-", color="C4")
+    a2.set_xlabel(step)
+    a2.set_ylabel("Lagrange multiplier lambda")
+    if max(lam) / max(min(lam), 1e-300) > 20:  # a log scale only where it helps
+        a2.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    a2.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+    a2.yaxis.set_minor_formatter(FormatStrFormatter(""))
     a2.grid(alpha=0.3)
     return save_png(fig, path)
 
@@ -114,7 +125,19 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
         ax.set_yticks(range(len(ys)), [_lab(v) for v in ys])
         ax.set_xlabel(keys[0])
         ax.set_ylabel(keys[1])
-        fig.colorbar(im, ax=ax, label=sel)
+        for yi in range(len(ys)):
+            for xi in range(len(xs)):
+                if np.isfinite(grid[yi, xi]):
+                    r, g, b_, _ = im.cmap(im.norm(grid[yi, xi]))
+                    dark = 0.299 * r + 0.587 * g + 0.114 * b_ < 0.5
+                    ax.text(xi, yi, f"{grid[yi, xi]:.3g}", ha="center", va="center",
+                            fontsize=8, color="white" if dark else "black")  # fmt: skip
+        b = sweep["best"]["params"]
+        bx, by = xs.index(b[keys[0]]), ys.index(b[keys[1]])
+        ax.add_patch(plt.Rectangle((bx - 0.5, by - 0.5), 1, 1, fill=False, ec="red",
+                                   lw=2.5, label="best"))  # fmt: skip
+        ax.legend(loc="upper right", fontsize=7, framealpha=0.8)
+        fig.colorbar(im, ax=ax, label=f"mean {sel} over the folds")
     elif len(keys) == 1:
         vals = [r["params"][keys[0]] for r in rows]
         if _numeric(vals):
@@ -125,11 +148,11 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
         else:
             ax.bar([_lab(v) for v in vals], [r[col] for r in rows])
         ax.set_xlabel(keys[0])
-        ax.set_ylabel(sel)
+        ax.set_ylabel(f"mean {sel} over the folds")
     else:
         ax.bar(range(len(rows)), [r[col] for r in rows])
         ax.set_xlabel("grid point")
-        ax.set_ylabel(sel)
+        ax.set_ylabel(f"mean {sel} over the folds")
     b = sweep["best"]
     ax.set_title(
         f"sweep: {sel} per point (best {b[col]:.4g} at {b['params']})", fontsize=8
@@ -167,7 +190,7 @@ def make_report(run_path) -> Path:
         )
         h = plot_history(getattr(est, "history_", []), target, out / "history.png")
         if h:
-            pngs.append(("Training Pfa, Pnd and lambda per epoch", h))
+            pngs.append(("Training Pfa, Pnd and the multiplier lambda", h))
     if metrics.get("sweep"):
         s = plot_sweep(metrics["sweep"], out / "sweep.png")
         if s:
@@ -176,8 +199,18 @@ def make_report(run_path) -> Path:
         f"<h1>bigrate run {html.escape(run.path.name)}</h1>",
         f"<p>job <b>{html.escape(job['name'])}</b> ({job['kind']}, "
         f"{html.escape(str(job.get('estimator')))}, engine {job['engine']})</p>",
-        f"<pre>{html.escape(format_metrics(metrics))}</pre>",
+        "<pre>"
+        + html.escape(
+            results_table(metrics.get("evaluation", {}), metrics.get("target"))
+        )
+        + "</pre>",
     ]
+    if metrics.get("sweep") and any("rank" in r for r in metrics["sweep"]["points"]):
+        parts.append(
+            "<h2>Sweep: every point, ranked (mean and spread over the folds)</h2><pre>"
+            + html.escape(sweep_table(metrics["sweep"], top=1000))
+            + "</pre>"
+        )
     for title, p in pngs:
         data = base64.b64encode(p.read_bytes()).decode("ascii")
         parts.append(

@@ -5,24 +5,69 @@ from __future__ import annotations
 from bigrate.rundir import RunDir, find_runs, resolve_latest, run_state
 
 
-def format_metrics(metrics: dict) -> str:
-    ev = metrics.get("evaluation", {})
-    if not ev:
+def results_table(evaluation: dict, target: dict | None = None) -> str:
+    """The one results table of `bigrate train`, `run`, `resume` and `status`: per
+    split the counts, Pfa, Pnd and the selection metric, and, against a rate target
+    rho, a flag on every split whose false-alarm rate is above it."""
+    if not evaluation:
         return "(no evaluation)"
-    keys = [
-        k for k in ("pfa", "pnd", "J_val", "accepted") if k in next(iter(ev.values()))
-    ]
-    lines = [f"{'split':<8}" + "".join(f"{k:>10}" for k in keys)]
-    for split, row in ev.items():
-        lines.append(
-            f"{split:<8}"
+    target = target or {}
+    first = next(iter(evaluation.values()))
+    keys = [k for k in ("pfa", "pnd", "J_val", "accepted") if k in first]
+    rho = target.get("rho")
+    head = f"{'split':<8}{'n+':>8}{'n-':>8}" + "".join(f"{k:>10}" for k in keys)
+    if rho is not None:
+        head += f"   Pfa <= rho = {rho:g}?"
+    lines = [head]
+    for split, row in evaluation.items():
+        line = (
+            f"{split:<8}{row.get('n_pos', ''):>8}{row.get('n_neg', ''):>8}"
             + "".join(
                 f"{row[k]:>10.4f}" if isinstance(row[k], float) else f"{row[k]:>10}"
                 for k in keys
             )
         )
+        if rho is not None:
+            over = row["pfa"] - rho
+            line += "   yes" if over <= 0 else f"   NO: {over:+.4f} above rho"
+        lines.append(line)
+    if rho is not None and any(r["pfa"] > rho for r in evaluation.values()):
+        lines.append(
+            "note: Pfa above rho on a split; for a guarantee on new data calibrate on "
+            "held-out negatives (calibrate='umbrella')"
+        )
+    return "\n".join(lines)
+
+
+def sweep_table(sweep: dict, top: int = 10) -> str:
+    """The per-point sweep summary (as scikit-learn's cv_results_): rank, parameters,
+    mean and spread over the folds of the selection metric, Pfa and Pnd."""
+    sel = sweep["select"]
+    rows = sorted(
+        (r for r in sweep["points"] if r.get("rank") is not None),
+        key=lambda r: r["rank"],
+    )
+    lines = [
+        f"{'rank':>4}  {'mean ' + sel:>12}{'std':>9}{'Pfa':>9}{'Pnd':>9}{'folds':>7}  "
+        "params"
+    ]
+    for r in rows[:top]:
+        lines.append(
+            f"{r['rank']:>4}  {r['mean_' + sel]:>12.4g}{r.get('std_' + sel, 0):>9.3g}"
+            f"{r.get('mean_pfa', float('nan')):>9.4f}"
+            f"{r.get('mean_pnd', float('nan')):>9.4f}{r['n_ok']:>7}  {r['params']}"
+        )
+    if len(rows) > top:
+        lines.append(f"      ... {len(rows) - top} more in summary.parquet")
+    return "\n".join(lines)
+
+
+def format_metrics(metrics: dict) -> str:
+    lines = [results_table(metrics.get("evaluation", {}), metrics.get("target"))]
     sw = metrics.get("sweep")
     if sw:
+        if any("rank" in r for r in sw["points"]):
+            lines.append(sweep_table(sw))
         b = sw["best"]
         lines.append(
             f"sweep: best point {b['point']} {b['params']} ({sw['select']} "

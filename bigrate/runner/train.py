@@ -72,6 +72,8 @@ def train(
 
 
 def report(result: dict, file=sys.stdout) -> None:
+    from bigrate.runner.status import results_table
+
     name = "rho" if "rho" in result else "q"
     target = result[name]
     print(
@@ -80,9 +82,6 @@ def report(result: dict, file=sys.stdout) -> None:
         f"{result['multiplier']:.4g}",
         file=file,
     )
-    print(f"{'split':<8}{'Pfa':>9}{'Pnd':>9}   Pfa <= {name}?", file=file)
-    for split, ev in result["evaluation"].items():
-        ok = "yes" if ev["pfa"] <= target else f"no (+{ev['pfa'] - target:.4f})"
-        print(f"{split:<8}{ev['pfa']:>9.4f}{ev['pnd']:>9.4f}   {ok}", file=file)
+    print(results_table(result["evaluation"], {name: target}), file=file)
     if result.get("out"):
         print(f"model and result.json saved in {result['out']}", file=file)

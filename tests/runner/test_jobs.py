@@ -129,6 +129,17 @@ def test_failing_task_is_recorded_and_the_sweep_goes_on(tmp_path, synth):
     assert "2 failed task(s)" in p.stdout
     table = pq.read_table(run / "results.parquet")
     assert table.num_rows == 4
+    # the per-point summary: ranked, mean and spread over folds, failed point unranked
+    summary = pq.read_table(run / "summary.parquet").to_pylist()
+    assert len(summary) == 2
+    good = next(r for r in summary if r["param_gamma0"] == 0.1)
+    bad = next(r for r in summary if r["param_gamma0"] == 5000.0)
+    assert good["rank"] == 1 and bad["rank"] is None and bad["n_ok"] == 0
+    folds = [r for r in res if r["status"] == "ok"]
+    vals = [r["metrics"]["J_val"] for r in folds]
+    assert good["mean_J_val"] == pytest.approx(np.mean(vals))
+    assert good["std_J_val"] == pytest.approx(np.std(vals))
+    assert "rank" in p.stdout and "mean J_val" in p.stdout
 
 
 def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):

@@ -79,3 +79,8 @@ dir = "{tmp_path / "runs"}"
     )
     st = run_cli("status", run, check=True).stdout
     assert "state    complete" in st and "48/48 tasks done" in st
+    # the per-point summary and the report (NP-SVM history: DC iterations)
+    assert pq.read_table(run / "summary.parquet").num_rows == 16
+    run_cli("report", run, check=True)
+    page = (run / "report" / "index.html").read_text()
+    assert "every point, ranked" in page and page.count("data:image/png") == 3
