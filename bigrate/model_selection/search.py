@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator, clone
-from sklearn.model_selection import ParameterGrid, StratifiedKFold, train_test_split
+from sklearn.model_selection import ParameterGrid
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.engines import open_engine
-from bigrate.model_selection.sweep import fit_fold, run_sweep, select_best
+from bigrate.model_selection.sweep import cv_splits, fit_fold, run_sweep, select_best
 from bigrate.rundir import MemoryStore, RunDir
 
 
@@ -95,25 +95,7 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
         self.progress = progress
 
     def _splits(self, X, y):
-        if isinstance(self.cv, (int, np.integer)):
-            if self.cv < 2:
-                raise ValueError(f"cv must be >= 2 folds, got {self.cv}")
-            return list(
-                StratifiedKFold(
-                    int(self.cv), shuffle=True, random_state=self.random_state
-                ).split(X, y)
-            )
-        if isinstance(self.cv, float):
-            if not 0 < self.cv < 1:
-                raise ValueError(
-                    f"cv as a validation fraction must be in (0, 1), got {self.cv}"
-                )
-            idx = np.arange(len(y))
-            tr, te = train_test_split(
-                idx, test_size=self.cv, stratify=y, random_state=self.random_state
-            )
-            return [(tr, te)]
-        return [(np.asarray(a), np.asarray(b)) for a, b in self.cv]
+        return cv_splits(self.cv, y, self.random_state)
 
     def fit(self, X, y):
         rho = (

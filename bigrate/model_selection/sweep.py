@@ -25,6 +25,7 @@ SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
 
 __all__ = [
     "SELECT",
+    "cv_splits",
     "fit_fold",
     "fit_val",
     "rank_points",
@@ -33,6 +34,53 @@ __all__ = [
     "summarise",
     "write_summary",
 ]
+
+
+def cv_splits(
+    cv, y, random_state=0, *, fraction: bool = True, min_folds: int = 1
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) index pairs of ``cv``: an int K >= 2 gives K stratified, shuffled
+    folds; a float in (0, 1) (where ``fraction``) one stratified hold-out of that share;
+    anything else is taken as an iterable of (train, test) index arrays. Every train
+    and test part must hold both classes; at least ``min_folds`` pairs."""
+    from sklearn.model_selection import StratifiedKFold, train_test_split
+
+    y = np.asarray(y)
+    if isinstance(cv, (int, np.integer)) and not isinstance(cv, bool):
+        if cv < 2:
+            raise ValueError(f"cv must be >= 2 folds, got {cv}")
+        out = list(
+            StratifiedKFold(int(cv), shuffle=True, random_state=random_state).split(
+                np.zeros(len(y)), y
+            )
+        )
+    elif fraction and isinstance(cv, float):
+        if not 0 < cv < 1:
+            raise ValueError(f"cv as a validation fraction must be in (0, 1), got {cv}")
+        tr, te = train_test_split(np.arange(len(y)), test_size=cv, stratify=y,
+                                  random_state=random_state)  # fmt: skip
+        out = [(tr, te)]
+    else:
+        try:
+            out = [(np.asarray(a), np.asarray(b)) for a, b in cv]
+        except TypeError:
+            raise ValueError(
+                "cv must be a fold count >= 2"
+                + (", a validation fraction in (0, 1)" if fraction else "")
+                + f" or an iterable of (train, test) index arrays, got {cv!r}"
+            ) from None
+    if len(out) < min_folds:
+        raise ValueError(
+            f"cv gives {len(out)} fold(s); at least {min_folds} are needed"
+        )
+    for k, (tr, te) in enumerate(out):
+        for name, idx in (("train", tr), ("test", te)):
+            if len(np.unique(y[idx])) < 2:
+                raise ValueError(
+                    f"cv fold {k}: its {name} rows hold only class "
+                    f"{np.unique(y[idx]).tolist()}; each fold needs both classes"
+                )
+    return out
 
 
 def fit_fold(est_cls, params: dict, data, train_idx, test_idx, target: dict) -> dict:

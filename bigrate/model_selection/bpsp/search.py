@@ -156,32 +156,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         self.spaces = spaces
 
     def _splits(self, X, y):
-        from sklearn.model_selection import StratifiedKFold
+        from bigrate.model_selection.sweep import cv_splits
 
-        if isinstance(self.cv, (int, np.integer)) and not isinstance(self.cv, bool):
-            if self.cv < 2:
-                raise ValueError(f"cv must be >= 2 folds, got {self.cv}")
-            folds = StratifiedKFold(int(self.cv), shuffle=True,
-                                    random_state=self.random_state).split(X, y)  # fmt: skip
-        else:
-            try:
-                folds = list(self.cv)
-            except TypeError:
-                raise ValueError(
-                    "cv must be a fold count >= 2 or an iterable of (train, test) "
-                    f"index arrays, got {self.cv!r}"
-                ) from None
-        out = [(np.asarray(a), np.asarray(b)) for a, b in folds]
-        if len(out) < 2:
-            raise ValueError(f"cv gives {len(out)} fold(s); at least 2 are needed")
-        for k, (tr, te) in enumerate(out):
-            for name, idx in (("train", tr), ("test", te)):
-                if len(np.unique(y[idx])) < 2:
-                    raise ValueError(
-                        f"cv fold {k}: its {name} rows hold only class "
-                        f"{np.unique(y[idx]).tolist()}; each fold needs both classes"
-                    )
-        return out
+        return cv_splits(self.cv, y, self.random_state, fraction=False, min_folds=2)
 
     def _gammas(self, X):
         from bigrate.kernel.smo import resolve_gamma
