@@ -119,10 +119,13 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
         ev = run[0] / "events.jsonl" if run else None
         if ev is not None and ev.exists() and "train_started" in ev.read_text():
             time.sleep(1.0)
-            kids = psutil.Process(workers[0].pid).children(recursive=True)
-            victim = max(
-                kids, key=lambda k: k.create_time()
-            )  # the worker under the nanny
+            # the worker process under the nanny (not e.g. a resource tracker)
+            kids = [
+                k
+                for k in psutil.Process(workers[0].pid).children(recursive=True)
+                if "spawn_main" in " ".join(k.cmdline())
+            ]
+            victim = kids[0]
             victim.kill()
         time.sleep(0.05)
     out, err = proc.communicate(timeout=600)
