@@ -54,6 +54,7 @@ class DaskEngine(Engine):
         timeout: float = DEFAULT_TIMEOUT,
     ):
         self.cluster = None
+        self._dashboard = dashboard
         if address:
             wait_reachable(address, 8786, timeout, "Dask scheduler")
         from dask.distributed import Client, LocalCluster
@@ -75,7 +76,11 @@ class DaskEngine(Engine):
                 threads_per_worker=1,
                 processes=True,
                 memory_limit=memory_limit,
-                dashboard_address="127.0.0.1:0" if dashboard else None,
+                # a random loopback port either way: the scheduler's HTTP server
+                # (health, metrics) never takes 8787 from another cluster here
+                dashboard_address="127.0.0.1:0",
+                worker_dashboard_address="127.0.0.1:0",
+                scheduler_kwargs={"dashboard": bool(dashboard)},
                 silence_logs=logging.ERROR if quiet else logging.WARNING,
             )
             self.client = Client(self.cluster)
@@ -83,6 +88,8 @@ class DaskEngine(Engine):
 
     @property
     def dashboard_link(self) -> str | None:
+        if not self._dashboard:
+            return None
         try:
             return self.client.dashboard_link
         except Exception:  # noqa: BLE001 - no dashboard is fine
