@@ -306,7 +306,7 @@ def _shards(path, X, y, g, row_group_size=64):
     return ShardedDataset(path)
 
 
-def test_streamed_shards_solve_the_same_problem_as_in_memory(tmp_path):
+def test_streamed_shards_solve_the_same_problem_as_in_memory(tmp_path, monkeypatch):
     """Block-wise passes over shards (many small blocks) reach the same MM iterates as
     the in-memory solver on the same rows (positives, then negatives)."""
     from bigrate.data.format import RowBlock
@@ -327,10 +327,16 @@ def test_streamed_shards_solve_the_same_problem_as_in_memory(tmp_path):
     a, b = mem.history_[-1], streamed.history_[-1]
     assert b["objective"] == pytest.approx(a["objective"], abs=5e-3)
     assert b["constraints"][0] <= 1e-3
-    # reading the shards on every pass (no cache) is the same computation
+    # reading the shards on every pass (no cache) is the same computation; the
+    # solves are capped at a few passes (uncapped, they read 8 tiny files ~30,000
+    # times, a minute of file opening)
+    from bigrate.constrained import classifier
+
     one = dict(kw, mm_iterations=1, inner_tol=1e-2)
-    kept = RateConstrainedClassifier(batch_rows=50, **one).fit(ds)
-    reread = RateConstrainedClassifier(batch_rows=50, cache_mb=0, **one).fit(ds)
+    with monkeypatch.context() as m:
+        m.setattr(classifier._InnerSolver, "MAX_PASSES", 25)
+        kept = RateConstrainedClassifier(batch_rows=50, **one).fit(ds)
+        reread = RateConstrainedClassifier(batch_rows=50, cache_mb=0, **one).fit(ds)
     np.testing.assert_array_equal(kept.coef_, reread.coef_)
     # in memory, the block-wise solver solves the same problems (its inexact solves
     # stop elsewhere, so the MM iterates agree to the tolerances, not exactly)
