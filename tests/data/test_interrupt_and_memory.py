@@ -1,6 +1,5 @@
 """Killed preps leave no dataset; a file far larger than a memory cap converts."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -117,9 +116,7 @@ def _write_big_svmlight(path, target_bytes, seed=0):
             cells = np.empty((n, 2 * k), dtype=object)
             cells[:, 0::2], cells[:, 1::2] = idx, val
             row = "%s " + " ".join(["%d:%.4f"] * k)
-            text = "".join(
-                [row % (lab[i], *cells[i]) + "\n" for i in range(n)]
-            )
+            text = "".join([row % (lab[i], *cells[i]) + "\n" for i in range(n)])
             f.write(text)
             written += len(text)
     return written
