@@ -52,6 +52,16 @@ def _add_common(p: argparse.ArgumentParser, split_default: str | None = None) ->
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def _add_standardize(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--standardize",
+        action="store_true",
+        help="map every feature to (x - mean) / std, both computed on the train split "
+        "only and stored in the manifest; models trained on the dataset apply the same "
+        "map to the data they score",
+    )
+
+
 def _add_labels(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--positive-labels",
@@ -129,10 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--test-file", help="a file of the same layout that becomes the test split"
     )
     _add_labels(p)
+    _add_standardize(p)
     _add_common(p)
 
     p = psub.add_parser("pin", help="Percolator / mokapot pin file (targets positive)")
     p.add_argument("file")
+    _add_standardize(p)
     _add_common(p)
 
     p = psub.add_parser("synth", help="RCV1-shaped synthetic sparse data, seeded")
@@ -148,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = psub.add_parser("recipe", help="a dataset of ../shared/data by name")
     p.add_argument("dataset", help="e.g. a9a, spambase, sonar, psm_pin_mokapot_10k")
     p.add_argument("--shared", help="the shared data folder (default: ../shared/data)")
+    p.add_argument(
+        "--no-standardize",
+        dest="standardize",
+        action="store_false",
+        default=None,
+        help="keep the raw feature values (dense sets are standardised by default, "
+        "with the train split's mean and standard deviation)",
+    )
     _add_common(p)
 
     p = sub.add_parser("train", help="train a rate-constrained learner on shards")
@@ -288,10 +308,11 @@ def _prep(a) -> int:
             test_file=a.test_file,
             positive_labels=_labels(a.positive_labels),
             negative_labels=_labels(a.negative_labels),
+            standardize=a.standardize,
             **kw,
         )
     elif a.fmt == "pin":
-        prep_pin(a.file, a.out, **kw)
+        prep_pin(a.file, a.out, standardize=a.standardize, **kw)
     elif a.fmt == "synth":
         kw.pop("l2_normalize")  # synthetic rows are always L2-normalised
         prep_synth(
@@ -306,7 +327,7 @@ def _prep(a) -> int:
             **kw,
         )
     elif a.fmt == "recipe":
-        run_recipe(a.dataset, a.out, shared=a.shared, **kw)
+        run_recipe(a.dataset, a.out, shared=a.shared, standardize=a.standardize, **kw)
     if not a.quiet:
         print(ShardedDataset(a.out).summary())
     return 0

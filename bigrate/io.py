@@ -200,9 +200,11 @@ def _hashable(k):
     return tuple(_hashable(v) for v in k) if isinstance(k, list) else k
 
 
-def save_model(estimator, path: str | os.PathLike) -> Path:
+def save_model(estimator, path: str | os.PathLike, inputs: dict | None = None) -> Path:
     """Save a fitted (or unfitted) estimator as plain data in directory ``path``,
-    replacing a model saved there before; refuses a directory that is not a model."""
+    replacing a model saved there before; refuses a directory that is not a model.
+    ``inputs`` (plain JSON data) describes the features the model expects, e.g. the
+    standardisation of the dataset it was trained on; :func:`model_inputs` reads it."""
     path = Path(path).absolute()
     if path.exists() and not (path / "model.json").exists():
         raise FileExistsError(f"{path}: exists and is not a saved bigrate model")
@@ -212,6 +214,8 @@ def save_model(estimator, path: str | os.PathLike) -> Path:
         "format_version": VERSION,
         **enc.estimator(estimator, type(estimator).__name__),
     }
+    if inputs is not None:
+        meta["inputs"] = inputs
     text = json.dumps(meta, indent=1, allow_nan=True) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -227,9 +231,21 @@ def save_model(estimator, path: str | os.PathLike) -> Path:
     return path
 
 
+def model_inputs(path: str | os.PathLike) -> dict:
+    """The ``inputs`` record saved with the model in ``path`` ({} if none)."""
+    return _read_meta(Path(path)).get("inputs") or {}
+
+
 def load_model(path: str | os.PathLike):
     """Rebuild an estimator saved by :func:`save_model` (or ``est.save``)."""
     path = Path(path)
+    meta = _read_meta(path)
+    with np.load(path / "arrays.npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return _Decoder(arrays, str(path / "model.json")).estimator(meta)
+
+
+def _read_meta(path: Path) -> dict:
     mfile = path / "model.json"
     if not mfile.exists():
         raise FileNotFoundError(
@@ -246,9 +262,7 @@ def load_model(path: str | os.PathLike):
             f"{mfile}: format_version {meta.get('format_version')!r}; this bigrate "
             f"reads version {VERSION} (save the model again with this version)"
         )
-    with np.load(path / "arrays.npz", allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    return _Decoder(arrays, str(mfile)).estimator(meta)
+    return meta
 
 
 class PersistMixin:

@@ -21,6 +21,7 @@ from bigrate.data.format import (
     ShardFile,
     table_to_block,
 )
+from bigrate.data.standardize import Standardizer
 from bigrate.errors import ChecksumError, DataError
 
 
@@ -96,6 +97,13 @@ class ShardedDataset:
         self.splits = tuple(manifest["splits"])
         self.has_group = bool(manifest.get("has_group", False))
         self._files = [ShardFile.from_json(f, self.path) for f in manifest["files"]]
+        std = manifest.get("preprocessing", {}).get("standardize")
+        #: the per-feature map the rows were standardised with (None: raw values)
+        self.standardizer = (
+            None
+            if std is None
+            else Standardizer.from_json(std, self.n_features, str(mpath))
+        )
         if verify:
             self.verify()
 
@@ -377,6 +385,12 @@ class ShardedDataset:
         )
         lines.append(
             f"preprocess   l2_normalize={pre.get('l2_normalize')}"
+            + (
+                f", standardised (mean and std of {self.standardizer.n_rows:,} train "
+                "rows)"
+                if self.standardizer is not None
+                else ""
+            )
             + (
                 f", {pre['rows_dropped_for_missing_values']} rows dropped "
                 "for missing values"

@@ -9,6 +9,7 @@ the next writer of the same target once its process is gone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -34,7 +35,9 @@ from bigrate.data.format import (
     ShardFile,
     block_to_table,
     schema,
+    table_to_block,
 )
+from bigrate.data.standardize import RunningMoments
 from bigrate.errors import DataError, DatasetExistsError
 from bigrate.files import atomic_write_text, pid_alive, replace_dir, sha256_file
 
@@ -176,6 +179,12 @@ class DatasetWriter:
     compression : str
         Parquet codec: ``"lz4"`` (default: as small as snappy on these columns and a
         third faster to decode), ``"snappy"``, ``"zstd"``, ``"none"``, ...
+    standardize : int or None
+        The number of features, to standardise them: the mean and standard deviation of
+        every feature are accumulated over the rows appended to ``train`` and, at
+        :meth:`commit`, every file is rewritten as ``(x - mean) / scale`` and the map
+        stored in the manifest (``preprocessing.standardize``). Meant for dense
+        features: centring stores every feature of every row.
     """
 
     def __init__(
@@ -188,6 +197,7 @@ class DatasetWriter:
         row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
         rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         compression: str = "lz4",
+        standardize: int | None = None,
     ):
         if row_group_size < 1:
             raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
@@ -218,6 +228,7 @@ class DatasetWriter:
         self._open: list[_PartWriter] = []
         self._streams: dict[tuple[str, str], ClassStream] = {}
         self.files: list[ShardFile] = []
+        self._moments = None if standardize is None else RunningMoments(standardize)
         self._done = False
 
     def _check_target(self) -> None:
@@ -268,6 +279,8 @@ class DatasetWriter:
 
     def append(self, split: str, block: RowBlock) -> None:
         """Append a block of rows of both classes to ``split`` (routed by label)."""
+        if self._moments is not None and split == "train":
+            self._moments.update(block.X)
         pos = block.y == 1
         if pos.all():
             self.stream(split, "pos").append(block)
@@ -279,6 +292,8 @@ class DatasetWriter:
 
     def write_part(self, split: str, cls: str, index: int, block: RowBlock) -> None:
         """Write ``block`` whole as part file ``index`` of (split, cls); thread-safe."""
+        if self._moments is not None:
+            raise ValueError("standardize works with append(), not write_part()")
         part = self._open_part(split, cls, index)
         part.append(block)
         self._close_part(part)
@@ -314,6 +329,15 @@ class DatasetWriter:
                         f"(rows per split and class: {rows}); give that split a larger "
                         "fraction, drop it, or check the label mapping"
                     )
+        if self._moments is not None:
+            std = self._moments.standardizer()
+            if std.n_features != n_features:
+                raise ValueError(
+                    f"standardize was set up for {std.n_features} features, the "
+                    f"dataset has {n_features}"
+                )
+            self.files = [self._rewrite(f, std, n_features) for f in self.files]
+            preprocessing = {**preprocessing, "standardize": std.to_json()}
         files = sorted(self.files, key=lambda f: f.path)
         manifest = {
             "format": FORMAT_NAME,
@@ -341,6 +365,23 @@ class DatasetWriter:
         self._swap_into_place()
         self._done = True
         return manifest
+
+    def _rewrite(self, f: ShardFile, std, n_features: int) -> ShardFile:
+        """Part file ``f`` rewritten with its rows standardised (same rows, order and
+        row groups), replacing the raw one."""
+        src = self.tmp / f.path
+        part = _PartWriter(self.tmp, f.path + ".std", f.split, f.cls, self)
+        try:
+            pf = pq.ParquetFile(src)
+            for rb in pf.iter_batches(batch_size=self.row_group_size):
+                b = table_to_block(rb, n_features, path=str(src))
+                part.append(dataclasses.replace(b, X=std.apply(b.X)))
+            info = part.close()
+        except BaseException:
+            part.abort()
+            raise
+        os.replace(self.tmp / info.path, src)
+        return dataclasses.replace(info, path=f.path)
 
     def _swap_into_place(self) -> None:
         if self.out.exists():

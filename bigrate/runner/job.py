@@ -20,6 +20,7 @@ from bigrate.model_selection.sweep import (
 from bigrate.model_selection.sweep import run_sweep as _sweep
 from bigrate.rundir import RunDir
 from bigrate.runner import interrupt
+from bigrate.runner.modelio import TrainedModel, save_trained
 from bigrate.runner.registry import entry, make_estimator, name_of
 from bigrate.runner.spec import JobSpec
 
@@ -76,12 +77,14 @@ def _cluster_events(eng, run: RunDir | None, progress: bool):
     return poll
 
 
-def evaluate_model(est, ds: ShardedDataset, splits) -> dict:
+def evaluate_model(est, ds: ShardedDataset, splits, score=None) -> dict:
     """:func:`bigrate.metrics.rate_metrics` of a fitted model on each split of ``ds``
-    that exists, against the model's own rate target."""
+    that exists, against the model's own rate target. ``score`` (default: the model's
+    decision_function) maps a block of rows of ``ds`` to scores."""
     target = rate_target(est.get_params())
+    score = est.decision_function if score is None else score
     return {
-        split: evaluate_split(est.decision_function, ds, split, **target)
+        split: evaluate_split(score, ds, split, **target)
         for split in splits
         if split in ds.splits
     }
@@ -152,7 +155,7 @@ def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
 
 
 def _finish_model(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, extra: dict):
-    est.save(run.path / "model")
+    save_trained(est, run.path / "model", ds)
     ev = evaluate_model(est, ds, ds.splits)
     metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
                "history": getattr(est, "history_", []), **extra}  # fmt: skip
@@ -245,16 +248,15 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
 
 
 def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
-    from bigrate.io import load_model
-
-    est = load_model(spec.model)
+    model = TrainedModel(spec.model)
+    est = model.estimator
     ds = ShardedDataset(spec.data)
     bad = [s for s in spec.splits if s not in ds.splits]
     if bad:
         raise ValueError(
             f"evaluate.splits: {bad} not in {ds.path} (has {list(ds.splits)})"
         )
-    ev = evaluate_model(est, ds, spec.splits)
+    ev = evaluate_model(est, ds, spec.splits, score=model.scorer(ds))
     metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
                "model": spec.model}  # fmt: skip
     run.write_json("metrics.json", metrics)

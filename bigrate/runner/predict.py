@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,21 +11,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bigrate.data.reader import ShardedDataset
-from bigrate.io import load_model
+from bigrate.runner.modelio import TrainedModel
 
 
 def predict(run_or_model, data, out, splits=None, batch_rows: int = 65_536) -> int:
     """Write row_id, split, label, score and prediction of every row; returns the count.
-    The file is written to a temporary name and renamed into place."""
+    The rows are first expressed in the model's feature space (its training data's
+    standardisation, see :mod:`bigrate.runner.modelio`). The file is written to a
+    temporary name and renamed into place."""
     p = Path(run_or_model)
     model_dir = p / "model" if (p / "model" / "model.json").exists() else p
-    est = load_model(model_dir)
+    model = TrainedModel(model_dir)
     ds = ShardedDataset(data)
-    if ds.n_features != est.n_features_in_:
-        raise ValueError(
-            f"{ds.path} has {ds.n_features} features, the model expects "
-            f"{est.n_features_in_}"
-        )
+    score = model.scorer(ds)  # rows mapped to the model's standardisation if needed
+    note = model.describe_conversion(ds)
+    if note:
+        print(f"[bigrate] predict: {note}", file=sys.stderr)
     splits = splits or list(ds.splits)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,7 @@ def predict(run_or_model, data, out, splits=None, batch_rows: int = 65_536) -> i
         with pq.ParquetWriter(tmp, schema) as w:
             for split in splits:
                 for b in ds.iter_batches(split, batch_rows=batch_rows):
-                    f = est.decision_function(b.X)
+                    f = score(b.X)
                     w.write_table(
                         pa.table(
                             {

@@ -18,21 +18,22 @@ import numpy as np
 
 from bigrate._plot import pyplot, save_png
 from bigrate.data.reader import ShardedDataset
-from bigrate.io import load_model
 from bigrate.metrics import roc_points
 from bigrate.rundir import RunDir
+from bigrate.runner.modelio import TrainedModel
 from bigrate.runner.status import results_table, sweep_table
 
 plt = pyplot()
 
 
 def plot_roc(
-    est, ds: ShardedDataset, split: str, target: tuple[str, float] | None, path: Path
+    score, ds: ShardedDataset, split: str, target: tuple[str, float] | None, path: Path
 ) -> Path:
+    """``score`` maps a block of rows of ``ds`` to the model's scores."""
     ys, fs = [], []
     for b in ds.iter_batches(split):
         ys.append(b.y)
-        fs.append(est.decision_function(b.X))
+        fs.append(score(b.X))
     y, f = np.concatenate(ys), np.concatenate(fs)
     fpr, tpr, _ = roc_points(y, f)
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
@@ -177,7 +178,8 @@ def make_report(run_path) -> Path:
     )
     target = None
     if model_dir is not None and (model_dir / "model.json").exists():
-        est = load_model(model_dir)
+        model = TrainedModel(model_dir)
+        est = model.estimator
         params = est.get_params()
         target = ("rho", params["rho"]) if "rho" in params else ("q", params.get("q"))
         ds = ShardedDataset(job["data"])
@@ -185,7 +187,7 @@ def make_report(run_path) -> Path:
         pngs.append(
             (
                 "ROC curve with the NP operating point",
-                plot_roc(est, ds, split, target, out / "roc.png"),
+                plot_roc(model.scorer(ds), ds, split, target, out / "roc.png"),
             )
         )
         h = plot_history(getattr(est, "history_", []), target, out / "history.png")

@@ -61,7 +61,9 @@ def train(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        est.save(out / "model")
+        from bigrate.runner.modelio import save_trained
+
+        save_trained(est, out / "model", ds)
         from bigrate.files import atomic_write_text
 
         atomic_write_text(

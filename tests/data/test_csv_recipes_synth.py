@@ -102,12 +102,18 @@ def test_recipes(shared_data, tmp_path, name):
 
 
 def test_sonar_values_match_the_raw_file(shared_data, tmp_path):
-    run_recipe("sonar", tmp_path / "s", progress=False, split="train=1")
-    got = ShardedDataset(tmp_path / "s").to_csr("train")
     raw = np.loadtxt(
         shared_data / "sonar" / "sonar.csv", delimiter=",", usecols=range(60)
     )
+    kw = dict(progress=False, split="train=1")
+    run_recipe("sonar", tmp_path / "r", standardize=False, **kw)
+    got = ShardedDataset(tmp_path / "r").to_csr("train")
     np.testing.assert_array_equal(got.X.toarray(), raw.astype(np.float32))
+    # by default the dense recipes standardise (here every row is a train row)
+    run_recipe("sonar", tmp_path / "s", **kw)
+    got = ShardedDataset(tmp_path / "s").to_csr("train")
+    want = (raw - raw.mean(0)) / raw.std(0)
+    np.testing.assert_allclose(got.X.toarray(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_synth_is_deterministic_across_thread_counts(tmp_path):

@@ -106,6 +106,7 @@ def prep_csv(
     split: str | dict | None = None,
     seed: int = 0,
     l2_normalize: bool = False,
+    standardize: bool = False,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     rows_per_file: int = DEFAULT_ROWS_PER_FILE,
     compression: str = "lz4",
@@ -125,8 +126,15 @@ def prep_csv(
     error unless ``drop_missing``, which drops their rows and counts them in the
     manifest. ``test_file`` (same layout) goes wholly to the test split.
     ``label_transform`` maps each raw label string before the label mapping (e.g.
-    stripping the trailing dot of UCI adult.test labels).
+    stripping the trailing dot of UCI adult.test labels). ``standardize`` maps every
+    feature to ``(x - mean) / std`` with the mean and standard deviation of the train
+    split only, applied to every split; the map is stored in the manifest, and a model
+    trained on the dataset applies it to the data it scores (``bigrate predict``).
     """
+    if standardize and l2_normalize:
+        raise ValueError(
+            "standardize and l2_normalize exclude each other: choose one preprocessing"
+        )
     if split is None:
         split = "train=0.9,val=0.1" if test_file else "train=0.8,val=0.1,test=0.1"
     fractions = parse_fractions(split)
@@ -169,6 +177,7 @@ def prep_csv(
         row_group_size=row_group_size,
         rows_per_file=rows_per_file,
         compression=compression,
+        standardize=len(feats) if standardize else None,
     ) as w:
         for role, path in (("pool", file), ("test", test_file)):
             if path is None:

@@ -211,12 +211,28 @@ RECIPES: dict[str, Callable] = {
 }
 
 
-def run_recipe(dataset: str, out, *, shared=None, **kw) -> dict:
-    """Prepare the shared dataset named ``dataset`` into shards at ``out``."""
+#: recipes of sparse one-hot data, left as they are; every other recipe's features are
+#: dense measurements on unrelated scales and are standardised (train-split statistics)
+SPARSE_RECIPES = frozenset({"a9a"})
+
+
+def run_recipe(dataset: str, out, *, shared=None, standardize=None, **kw) -> dict:
+    """Prepare the shared dataset named ``dataset`` into shards at ``out``.
+    ``standardize`` (default: True for the dense sets, unless ``l2_normalize``)
+    standardises the features with the train split's mean and standard deviation."""
     if dataset not in RECIPES:
         raise ValueError(
             f"unknown recipe {dataset!r}; known: {', '.join(sorted(RECIPES))}"
         )
+    if standardize is None:
+        standardize = dataset not in SPARSE_RECIPES and not kw.get("l2_normalize")
+    if standardize:
+        if dataset in SPARSE_RECIPES:
+            raise ValueError(
+                f"{dataset} is sparse one-hot data; standardising would store every "
+                "feature of every row"
+            )
+        kw["standardize"] = True
     if not kw.get("name"):
         kw["name"] = dataset
     return RECIPES[dataset](find_shared_data(shared), out, **kw)
