@@ -32,6 +32,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -39,6 +40,11 @@ from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
+from bigrate.metrics import (
+    np_quantile_threshold,
+    np_umbrella_order,
+    np_umbrella_threshold,
+)
 
 
 class _KernelSVCBase(RateClassifierMixin, BaseEstimator):
@@ -190,6 +196,17 @@ class NeymanPearsonSVC(_KernelSVCBase):
         Stop when |Pfa - rho| <= epsilon and beta is stable.
     max_iter : int, default 200
         Outer iterations (DC steps); ``smo_max_iter`` bounds each dual solve.
+    calibrate : {None, "quantile", "umbrella"}, default None
+        Hold out ``calibration_fraction`` of the negatives (drawn with
+        ``random_state``), train on the rest, then move the threshold so that f >= 0
+        exactly when the score exceeds a threshold t of the held-out negatives' scores:
+        "quantile", their empirical (1 - rho) quantile (Pfa on new data about rho, as
+        when a standard model's threshold is moved on held-out data); "umbrella", the NP
+        umbrella order statistic (:func:`bigrate.metrics.np_umbrella_threshold`): Pfa on
+        new data <= rho with probability >= 1 - ``delta`` over the held-out draw (needs
+        at least log(delta) / log(1 - rho) held-out negatives: 59 at rho 0.05).
+    calibration_fraction : float in (0, 1), default 0.3
+    delta : float in (0, 1), default 0.05
 
     Attributes
     ----------
@@ -199,6 +216,12 @@ class NeymanPearsonSVC(_KernelSVCBase):
         cache hit rate, beta changes, and ``dc_objectives``: the primal objective
         1/2 ||f||^2 + sum C_i ramp(y_i f_i) after each DC step at that lambda (one step
         for "annealed"; until beta is stable for "uzawa"), non-increasing (CCCP).
+    threshold_shift_ : float
+        With ``calibrate``: the change of the intercept made by the calibration.
+    n_calibration_ : int
+        With ``calibrate``: the number of held-out negatives.
+    calibration_rows_ : ndarray of int
+        With ``calibrate``: the rows of X held out (not trained on).
 
     Examples
     --------
@@ -221,6 +244,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
         "method": [StrOptions({"annealed", "uzawa"})],
         "epsilon": [Interval(Real, 0, 1, closed="left")],
         "smo_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "calibrate": [StrOptions({"quantile", "umbrella"}), None],
+        "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "delta": [Interval(Real, 0, 1, closed="neither")],
         "random_state": ["random_state"],
     }
 
@@ -241,6 +267,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
         max_iter=200,
         smo_max_iter=1_000_000,
         cache_mb=200.0,
+        calibrate=None,
+        calibration_fraction=0.3,
+        delta=0.05,
         random_state=None,
     ):
         self.rho = rho
@@ -257,6 +286,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.max_iter = max_iter
         self.smo_max_iter = smo_max_iter
         self.cache_mb = cache_mb
+        self.calibrate = calibrate
+        self.calibration_fraction = calibration_fraction
+        self.delta = delta
         self.random_state = random_state
 
     def _costs(self, y, lam, n_pos, n_neg):
@@ -276,6 +308,39 @@ class NeymanPearsonSVC(_KernelSVCBase):
     def fit(self, X, y=None):
         t0 = time.perf_counter()
         X, yy = self._data(X, y)
+        if self.calibrate is None:
+            self._fit_np(X, yy)
+        else:
+            neg = np.flatnonzero(yy < 0)
+            m = int(round(self.calibration_fraction * len(neg)))
+            if m < 1 or m >= len(neg):
+                raise ValueError(
+                    f"calibration_fraction={self.calibration_fraction} of {len(neg)} "
+                    "negatives leaves no held-out or no training negative"
+                )
+            if (
+                self.calibrate == "umbrella"
+            ):  # enough held-out negatives? before fitting
+                np_umbrella_order(m, self.rho, self.delta)
+            rng = check_random_state(self.random_state)
+            held = np.zeros(len(yy), bool)
+            held[rng.choice(neg, m, replace=False)] = True
+            self._fit_np(X[~held], yy[~held])
+            raw = self.decision_function(X[held]) - self.intercept_[0]
+            if self.calibrate == "quantile":
+                t = np_quantile_threshold(raw, self.rho)
+            else:
+                t = np_umbrella_threshold(raw, self.rho, self.delta)
+            b_new = -np.nextafter(t, np.inf)
+            self.threshold_shift_ = float(b_new - self.intercept_[0])
+            self.intercept_ = np.array([b_new])
+            self.n_calibration_ = m
+            self.calibration_rows_ = np.flatnonzero(held)
+            self.support_ = np.flatnonzero(~held)[self.support_]  # rows of X
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def _fit_np(self, X, yy):
         n_pos, n_neg = int((yy > 0).sum()), int((yy < 0).sum())
         prob = self._problem(X)
         self.C_ = float(len(yy)) if self.C == "auto" else float(self.C)
@@ -345,9 +410,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.multiplier_ = lam
         self.n_iter_ = len(self.history_)
         self.converged_ = converged
-        self.fit_seconds_ = time.perf_counter() - t0
         self._keep(X, yy, alpha, b)
-        return self
 
     def _train_scores(self, prob, alpha, y, b):
         """(f on the training points, ||f||^2 = a^T Q a), from the cached kernel rows."""

@@ -174,6 +174,22 @@ def np_umbrella_threshold(neg_scores, rho: float, delta: float = 0.05) -> float:
     return float(s[k - 1])
 
 
+def np_quantile_threshold(neg_scores, rho: float) -> float:
+    """Score threshold t from held-out negatives' scores such that 'positive when
+    score > t' flags at most floor(rho m) of the m held-out negatives: their empirical
+    (1 - rho) quantile. Pfa on new data is about rho, with no guarantee (see
+    :func:`np_umbrella_threshold` for one)."""
+    if not 0 < rho < 1:
+        raise ValueError(f"rho must be in (0, 1), got {rho}")
+    s = np.sort(np.asarray(neg_scores, dtype=np.float64).ravel())[::-1]
+    if len(s) == 0:
+        raise ValueError("no held-out negative scores to set a threshold from")
+    if not np.isfinite(s).all():
+        raise ValueError("neg_scores contain NaN or infinity")
+    k = int(math.floor(rho * len(s) + 1e-9))  # false alarms allowed
+    return float(s[k]) if k < len(s) else float(-np.inf)
+
+
 def evaluate_stream(
     decision_function, dataset, split: str = "test", *, batch_rows: int = 65_536
 ) -> Confusion:
