@@ -3,6 +3,7 @@
     python benchmarks/bench_kernel.py svc        # CostSensitiveSVC vs sklearn SVC (libsvm)
     python benchmarks/bench_kernel.py anneal     # annealed vs Uzawa at equal Pfa/Pnd
     python benchmarks/bench_kernel.py quality    # NP quality vs AC-SVM grid and umbrella
+    python benchmarks/bench_kernel.py threshold  # NP-SVM vs SVC + threshold moved on val
     python benchmarks/bench_kernel.py scaling    # NPSearchCV fits per minute, Ray 1 vs 2 CPUs
     python benchmarks/bench_kernel.py all
 
@@ -260,6 +261,173 @@ def bench_quality(out: Path, reps: int = 5) -> dict:
     return res
 
 
+def _all_rows(name: str, out: Path, limit: int | None = None, seed: int = 0):
+    """Every row of a shared set (train, val and test of its recipe) as dense arrays,
+    a stratified random subsample of ``limit`` rows if given."""
+    d = _shared(name, out)
+    X = np.vstack([d[s][0] for s in ("train", "val", "test")])
+    y = np.concatenate([d[s][1] for s in ("train", "val", "test")])
+    if limit is not None and len(y) > limit:
+        from sklearn.model_selection import train_test_split
+
+        X, _, y, _ = train_test_split(
+            X, y, train_size=limit, stratify=y, random_state=seed
+        )
+    return X, y
+
+
+def bench_threshold(out: Path) -> dict:
+    """Kernel NP-SVM against threshold shifting (issue: quality where users compare).
+
+    Random stratified 60/20/20 splits; for every method (C, gamma) is chosen by J_val
+    on the validation part and the test Pfa / Pnd are averaged over the splits.
+      * svc_threshold: scikit-learn's SVC fitted on train, threshold moved to the
+        validation negatives' (1 - rho) quantile (the simple thing users do);
+      * acsvm: SVC over a (C+, C-, gamma) grid, no threshold moved;
+      * np_svm: NeymanPearsonSVC at rho fitted on train, as it comes;
+      * np_svm_threshold: the same NP-SVM fits with the threshold moved on the
+        validation negatives exactly as for svc_threshold;
+      * np_svm_calibrated: NeymanPearsonSVC(calibrate="quantile") fitted on train
+        (threshold from 30% of the train negatives held out), the self-contained use.
+    Goal: test Pfa <= rho + 1 point and Pnd within 1 point of the better of acsvm
+    and svc_threshold."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    from bigrate import NeymanPearsonSVC
+    from bigrate.metrics import j_val, np_quantile_threshold, pfa_pnd
+
+    rhos = (0.05, 0.1, 0.2)
+    sets = {  # name: (rows limit, splits, C grid size, gamma grid size)
+        "sonar": (None, 5, 6, 5),
+        "heart_statlog": (None, 5, 6, 5),
+        "ionosphere": (None, 5, 6, 5),
+        "breast_cancer_wisconsin_diagnostic": (None, 5, 6, 5),
+        "spambase": (2000, 2, 4, 3),
+        "a9a": (2000, 2, 4, 3),
+    }
+    res = {}
+    for name, (limit, reps, kc, kg) in sets.items():
+        X, y = _all_rows(name, out, limit)
+        acc = {rho: {} for rho in rhos}
+        secs: dict = {}
+
+        def add(rho, meth, pair, acc=acc):
+            acc[rho].setdefault(meth, []).append(pair)
+
+        for rep in range(reps):
+            Xtr, Xr, ytr, yr = train_test_split(X, y, test_size=0.4, stratify=y,
+                                                random_state=rep)  # fmt: skip
+            Xva, Xte, yva, yte = train_test_split(Xr, yr, test_size=0.5, stratify=yr,
+                                                  random_state=rep)  # fmt: skip
+            sc = StandardScaler().fit(Xtr)
+            Xtr, Xva, Xte = sc.transform(Xtr), sc.transform(Xva), sc.transform(Xte)
+            n = len(ytr)
+            g0 = 1.0 / (Xtr.shape[1] * Xtr.var())
+            gammas = g0 * np.logspace(-1, 1, kg)
+            neg_va = yva < 0
+
+            def shifted(fva, fte, rho, neg_va=neg_va):
+                t = np_quantile_threshold(fva[neg_va], rho)
+                return fva - np.nextafter(t, np.inf), fte - np.nextafter(t, np.inf)
+
+            t = time.perf_counter()
+            svcs = []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for g in gammas:
+                    for c in np.logspace(-2, 3, kc):
+                        m = SVC(C=c, gamma=g).fit(Xtr, ytr)
+                        svcs.append(
+                            (m.decision_function(Xva), m.decision_function(Xte))
+                        )
+            secs["svc_threshold"] = (
+                secs.get("svc_threshold", 0) + time.perf_counter() - t
+            )
+            t = time.perf_counter()
+            acs = []
+            cs = np.logspace(-2, 3, kc)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for g in gammas:
+                    for cp in cs:
+                        for cn in cs:
+                            m = SVC(C=1.0, class_weight={1: cp, -1: cn}, gamma=g)
+                            m.fit(Xtr, ytr)
+                            acs.append(
+                                (m.decision_function(Xva), m.decision_function(Xte))
+                            )
+            secs["acsvm"] = secs.get("acsvm", 0) + time.perf_counter() - t
+
+            def pick(cands, rho, yva=yva, yte=yte):
+                best = min(cands, key=lambda fs: j_val(*pfa_pnd(yva, fs[0]), rho))
+                return pfa_pnd(yte, best[1])
+
+            for rho in rhos:
+                add(
+                    rho,
+                    "svc_threshold",
+                    pick([shifted(a, b, rho) for a, b in svcs], rho),
+                )
+                add(rho, "acsvm", pick(acs, rho))
+                nps, cals = [], []
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    for g in gammas:
+                        for c in n * np.logspace(-1.5, 1, kc):
+                            m = NeymanPearsonSVC(rho=rho, C=c, gamma=g, max_iter=300)
+                            m.fit(Xtr, ytr)
+                            nps.append(
+                                (m.decision_function(Xva), m.decision_function(Xte))
+                            )
+                secs["np_svm"] = secs.get("np_svm", 0) + time.perf_counter() - t
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    for g in gammas:
+                        for c in n * np.logspace(-1.5, 1, kc):
+                            m = NeymanPearsonSVC(rho=rho, C=c, gamma=g, max_iter=300,
+                                                 calibrate="quantile", random_state=rep)  # fmt: skip
+                            m.fit(Xtr, ytr)
+                            cals.append(
+                                (m.decision_function(Xva), m.decision_function(Xte))
+                            )
+                secs["np_svm_calibrated"] = (
+                    secs.get("np_svm_calibrated", 0) + time.perf_counter() - t
+                )
+                add(rho, "np_svm", pick(nps, rho))
+                add(
+                    rho,
+                    "np_svm_threshold",
+                    pick([shifted(a, b, rho) for a, b in nps], rho),
+                )
+                add(rho, "np_svm_calibrated", pick(cals, rho))
+        for rho in rhos:
+            row = {
+                "splits": reps,
+                "rows": len(y),
+                "test_negatives": int((yte < 0).sum()),
+            }
+            for meth, vals in acc[rho].items():
+                v = np.array(vals)
+                row[meth] = {"pfa": float(v[:, 0].mean()), "pnd": float(v[:, 1].mean())}
+            ref = min(row["acsvm"]["pnd"], row["svc_threshold"]["pnd"])
+            row["goal"] = {
+                m: {
+                    "pfa_within_rho_plus_1pt": row[m]["pfa"] <= rho + 0.01,
+                    "pnd_within_1pt_of_best_baseline": row[m]["pnd"] <= ref + 0.01,
+                }
+                for m in ("np_svm", "np_svm_threshold", "np_svm_calibrated")
+            }
+            row["seconds_per_split"] = {k: v / reps for k, v in secs.items()}
+            res[f"{name}_rho{rho}"] = row
+            print(name, rho, json.dumps(row, default=float), flush=True)
+        _save(out, "threshold", res)
+    return res
+
+
 def bench_scaling(out: Path) -> dict:
     from bigrate import NeymanPearsonSVC, NPSearchCV
 
@@ -295,7 +463,9 @@ def bench_scaling(out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["svc", "anneal", "quality", "scaling", "all"])
+    ap.add_argument(
+        "what", choices=["svc", "anneal", "quality", "threshold", "scaling", "all"]
+    )
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -306,6 +476,7 @@ def main() -> None:
             "svc": bench_svc,
             "anneal": bench_anneal,
             "quality": bench_quality,
+            "threshold": bench_threshold,
             "scaling": bench_scaling,
         }[w](out)
 
