@@ -200,8 +200,10 @@ class NeymanPearsonSVC(_KernelSVCBase):
         Hold out ``calibration_fraction`` of the negatives (drawn with
         ``random_state``), train on the rest, then move the threshold so that f >= 0
         exactly when the score exceeds a threshold t of the held-out negatives' scores:
-        "quantile", their empirical (1 - rho) quantile (Pfa on new data about rho, as
-        when a standard model's threshold is moved on held-out data); "umbrella", the NP
+        "quantile", the order statistic whose false-alarm rate on new data is at most
+        rho on average (:func:`bigrate.metrics.np_quantile_threshold`; the plain
+        empirical (1 - rho) quantile overshoots rho by (1 - rho) / (m + 1) on average
+        with m held-out negatives); "umbrella", the NP
         umbrella order statistic (:func:`bigrate.metrics.np_umbrella_threshold`): Pfa on
         new data <= rho with probability >= 1 - ``delta`` over the held-out draw (needs
         at least log(delta) / log(1 - rho) held-out negatives: 59 at rho 0.05).
@@ -318,10 +320,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     f"calibration_fraction={self.calibration_fraction} of {len(neg)} "
                     "negatives leaves no held-out or no training negative"
                 )
-            if (
-                self.calibrate == "umbrella"
-            ):  # enough held-out negatives? before fitting
+            # enough held-out negatives? (checked before fitting)
+            if self.calibrate == "umbrella":
                 np_umbrella_order(m, self.rho, self.delta)
+            else:
+                np_quantile_threshold(np.zeros(m), self.rho)
             rng = check_random_state(self.random_state)
             held = np.zeros(len(yy), bool)
             held[rng.choice(neg, m, replace=False)] = True

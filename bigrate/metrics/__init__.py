@@ -174,20 +174,39 @@ def np_umbrella_threshold(neg_scores, rho: float, delta: float = 0.05) -> float:
     return float(s[k - 1])
 
 
-def np_quantile_threshold(neg_scores, rho: float) -> float:
-    """Score threshold t from held-out negatives' scores such that 'positive when
-    score > t' flags at most floor(rho m) of the m held-out negatives: their empirical
-    (1 - rho) quantile. Pfa on new data is about rho, with no guarantee (see
-    :func:`np_umbrella_threshold` for one)."""
+def np_quantile_threshold(neg_scores, rho: float, *, expected: bool = True) -> float:
+    """Score threshold t from m held-out negatives' scores, to classify 'positive when
+    score > t'.
+
+    ``expected=True`` (default): t is the (k+1)-th largest score with the largest k
+    such that (k + 1) / (m + 1) <= rho. For continuous scores the false-alarm rate on
+    new data of that threshold is Beta(k + 1, m - k) distributed, with mean
+    (k + 1) / (m + 1): at most rho on average (no high-probability bound: see
+    :func:`np_umbrella_threshold`). Needs m >= 1 / rho - 1.
+
+    ``expected=False``: their empirical (1 - rho) quantile, flagging floor(rho m) of
+    them (k = floor(rho m)); on new data its Pfa is rho + (1 - rho) / (m + 1) on average
+    (e.g. 0.095 for 20 negatives at rho 0.05), what moving a threshold on held-out data
+    usually gives."""
     if not 0 < rho < 1:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
     s = np.sort(np.asarray(neg_scores, dtype=np.float64).ravel())[::-1]
-    if len(s) == 0:
+    m = len(s)
+    if m == 0:
         raise ValueError("no held-out negative scores to set a threshold from")
     if not np.isfinite(s).all():
         raise ValueError("neg_scores contain NaN or infinity")
-    k = int(math.floor(rho * len(s) + 1e-9))  # false alarms allowed
-    return float(s[k]) if k < len(s) else float(-np.inf)
+    if expected:
+        k = int(math.floor(rho * (m + 1) + 1e-9)) - 1
+        if k < 0:
+            need = math.ceil(1.0 / rho - 1.0 - 1e-9)
+            raise ValueError(
+                f"a threshold with expected false-alarm rate <= rho={rho} needs at "
+                f"least {need} held-out negatives; got {m}"
+            )
+    else:
+        k = int(math.floor(rho * m + 1e-9))  # false alarms allowed
+    return float(s[k]) if k < m else float(-np.inf)
 
 
 def evaluate_stream(
@@ -207,7 +226,9 @@ def rate_metrics(y, f, *, rho: float | None = None, q: float | None = None) -> d
     - ``pfa``, ``pnd``, ``n_pos``, ``n_neg`` always;
     - with ``rho`` (Neyman-Pearson): ``J_val`` = Pnd + max(0, Pfa - rho) / rho and
       ``pfa_within_rho`` (Pfa <= rho);
-    - with ``q`` (q-value): ``accepted``, the positives accepted at q-value <= q.
+    - with ``q`` (q-value): ``accepted``, the positives accepted at q-value <= q, and
+      ``fdr``, the estimated false discovery rate of the model's own accepted set
+      (f >= 0): negatives (decoys) accepted / positives (targets) accepted.
 
     Examples
     --------
@@ -226,6 +247,10 @@ def rate_metrics(y, f, *, rho: float | None = None, q: float | None = None) -> d
         out["pfa_within_rho"] = bool(c.pfa <= rho)
     if q is not None:
         out["accepted"] = int(positives_at_q(y, f, q))
+        taken = f >= 0
+        out["fdr"] = float(
+            np.sum(taken & (y < 0)) / max(int(np.sum(taken & (y > 0))), 1)
+        )
     return out
 
 

@@ -7,17 +7,21 @@ from bigrate.rundir import RunDir, find_runs, resolve_latest, run_state
 
 def results_table(evaluation: dict, target: dict | None = None) -> str:
     """The one results table of `bigrate train`, `run`, `resume` and `status`: per
-    split the counts, Pfa, Pnd and the selection metric, and, against a rate target
-    rho, a flag on every split whose false-alarm rate is above it."""
+    split the counts, Pfa, Pnd and the selection metric, and a flag on every split
+    whose false-alarm rate is above a target rho, or whose estimated false discovery
+    rate (decoys / targets accepted at f >= 0) is above a target q."""
     if not evaluation:
         return "(no evaluation)"
     target = target or {}
     first = next(iter(evaluation.values()))
-    keys = [k for k in ("pfa", "pnd", "J_val", "accepted") if k in first]
+    keys = [k for k in ("pfa", "pnd", "J_val", "accepted", "fdr") if k in first]
     rho = target.get("rho")
+    q = target.get("q") if "fdr" in first else None
     head = f"{'split':<8}{'n+':>8}{'n-':>8}" + "".join(f"{k:>10}" for k in keys)
     if rho is not None:
         head += f"   Pfa <= rho = {rho:g}?"
+    if q is not None:
+        head += f"   FDR <= q = {q:g}?"
     lines = [head]
     for split, row in evaluation.items():
         line = (
@@ -30,11 +34,19 @@ def results_table(evaluation: dict, target: dict | None = None) -> str:
         if rho is not None:
             over = row["pfa"] - rho
             line += "   yes" if over <= 0 else f"   NO: {over:+.4f} above rho"
+        if q is not None:
+            over = row["fdr"] - q
+            line += "   yes" if over <= 0 else f"   NO: {over:+.4f} above q"
         lines.append(line)
     if rho is not None and any(r["pfa"] > rho for r in evaluation.values()):
         lines.append(
             "note: Pfa above rho on a split; for a guarantee on new data calibrate on "
             "held-out negatives (calibrate='umbrella')"
+        )
+    if q is not None and any(r["fdr"] > q for r in evaluation.values()):
+        lines.append(
+            "note: the accepted set's estimated FDR is above q on a split; count the "
+            "accepted at q ('accepted', which sets its own threshold) rather than f >= 0"
         )
     return "\n".join(lines)
 

@@ -17,15 +17,38 @@ def _data(n=240, seed=0):
 
 def test_quantile_threshold_counts_exactly():
     rng = np.random.default_rng(3)
-    for m in (1, 7, 40, 101):
+    for m in (1, 7, 19, 20, 40, 101):
         s = rng.standard_normal(m)
         for rho in (0.01, 0.05, 0.1, 0.5):
-            t = np_quantile_threshold(s, rho)
+            t = np_quantile_threshold(s, rho, expected=False)
             k = int(np.floor(rho * m + 1e-9))
             assert (s > t).sum() == k  # no ties: exactly floor(rho m) above
             assert (s >= t).sum() == min(k + 1, m)  # and the next one is at t
+            # expected=True: the most false alarms k with (k + 1) / (m + 1) <= rho
+            k = int(np.floor(rho * (m + 1) + 1e-9)) - 1
+            if k < 0:
+                with pytest.raises(ValueError, match="needs at least"):
+                    np_quantile_threshold(s, rho)
+                continue
+            t = np_quantile_threshold(s, rho)
+            assert (s > t).sum() == k and (k + 1) / (m + 1) <= rho < (k + 2) / (m + 1)
     with pytest.raises(ValueError, match="no held-out"):
         np_quantile_threshold([], 0.1)
+
+
+def test_expected_quantile_rule_keeps_mean_new_data_pfa_at_rho():
+    """Over many draws of 20 held-out negatives, the new-data Pfa (here exact: the
+    scores are uniform) averages <= rho with expected=True, and overshoots to about
+    rho + (1 - rho) / 21 with the plain quantile."""
+    rng = np.random.default_rng(0)
+    for rho in (0.05, 0.1, 0.2):
+        draws = rng.random((4000, 20))
+        mean = {}
+        for exp in (True, False):
+            t = np.array([np_quantile_threshold(d, rho, expected=exp) for d in draws])
+            mean[exp] = float(np.mean(1.0 - t))  # P(U > t) for new uniform scores
+        assert mean[True] <= rho + 0.005
+        assert mean[False] == pytest.approx(rho + (1 - rho) / 21, abs=0.006)
 
 
 @pytest.mark.parametrize("how", ["quantile", "umbrella"])
@@ -47,7 +70,7 @@ def test_calibrated_model_is_the_np_svm_of_the_rest_with_a_moved_threshold(
     f = cal.decision_function(X[held])
     m = len(held)
     if how == "quantile":
-        assert (f >= 0).sum() == int(np.floor(0.1 * m))
+        assert (f >= 0).sum() == int(np.floor(0.1 * (m + 1))) - 1
     else:  # positive above the k-th smallest held-out score
         assert (f >= 0).sum() == m - np_umbrella_order(m, 0.1, 0.05)
     back = load_model(cal.save(tmp_path / "m"))

@@ -32,3 +32,21 @@ def test_sweep_table_is_ranked():
     assert "mean J_val" in lines[0]
     assert lines[1].split()[0] == "1" and "{'a': 2}" in lines[1]
     assert lines[2].split()[0] == "2" and len(lines) == 3  # unranked point left out
+
+
+def test_q_value_runs_flag_an_accepted_set_above_q():
+    import numpy as np
+
+    from bigrate.metrics import rate_metrics
+
+    y = np.r_[np.ones(50), -np.ones(50)]
+    f = np.r_[np.linspace(-1, 1, 50), np.linspace(-3, 0.5, 50)]
+    m = rate_metrics(y, f, q=0.05)
+    # accepted at f >= 0: the targets and decoys with a non-negative score
+    fd, tp = int((f[y < 0] >= 0).sum()), int((f[y > 0] >= 0).sum())
+    assert m["fdr"] == fd / tp and m["fdr"] > 0.05
+    ok = dict(m, fdr=0.0)
+    lines = results_table({"train": ok, "test": m}, {"q": 0.05}).splitlines()
+    assert "FDR <= q = 0.05?" in lines[0] and lines[1].endswith("yes")
+    assert lines[2].endswith(f"NO: {m['fdr'] - 0.05:+.4f} above q")
+    assert "FDR" not in results_table({"test": m}, {"rho": 0.1})
