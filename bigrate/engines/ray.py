@@ -28,8 +28,17 @@ def _single_node_mode() -> None:
         consts.ENABLE_RAY_CLUSTER = False
 
 
+def resolve_ref(x):
+    """On a Ray worker: the object behind a handle nested in a batched task's
+    arguments (Ray resolves only a task's top-level arguments)."""
+    import ray
+
+    return ray.get(x) if isinstance(x, ray.ObjectRef) else x
+
+
 class RayEngine(Engine):
     name = "ray"
+    resolve_in_batch = staticmethod(resolve_ref)
 
     def __init__(
         self,

@@ -123,12 +123,20 @@ def run_sweep(
     select: str = "J_val",
     progress: bool = True,
     after_task: Callable[[], None] | None = None,
+    batch_seconds: float = 1.0,
 ) -> list[dict]:
     """Run every (point, fold) task not yet in ``store`` on ``engine`` and return the
     per-point summary (:func:`summarise`).
 
     ``task(*task_args(point, fold))`` returns ``{"metrics": {...}, "seconds": s}``;
-    ``after_task`` is called after each recorded task (e.g. to honour Ctrl-C)."""
+    ``after_task`` is called after each recorded task (e.g. to honour Ctrl-C).
+
+    On an engine with several workers, short tasks are batched: a first wave of one
+    task per worker measures a task's time, then tasks go out in waves of batches of
+    about ``batch_seconds`` of work (at least two batches per worker in a wave, the
+    estimate refreshed after every wave), so an engine's cost per task (scheduling,
+    transfer) is paid per batch. Long tasks stay one per engine task; ``batch_seconds``
+    = 0 turns batching off. Results are recorded as each batch finishes."""
     done = store.results()
     todo = [
         (p, k) for p in range(len(points)) for k in range(n_folds) if (p, k) not in done
@@ -144,10 +152,11 @@ def run_sweep(
         "sweep", total=len(points) * n_folds, done=len(done), enabled=progress
     )
     best = None
-    if todo:
-        args = [task_args(p, k) for p, k in todo]
-        for i, res in engine.map(task, args):
-            p, k = todo[i]
+    for wave, size in _waves(engine, todo, batch_seconds, store):
+        store.event("sweep_wave", tasks=len(wave), batch=size)
+        args = [task_args(p, k) for p, k in wave]
+        for i, res in engine.map_batched(task, args, size):
+            p, k = wave[i]
             rec = {"point": p, "fold": k, "params": points[p]}
             if isinstance(res, Exception):
                 rec.update(
@@ -172,6 +181,31 @@ def run_sweep(
                 after_task()
     bar.close()
     return summarise(store.results(), points, n_folds)
+
+
+def _waves(engine, todo: list, batch_seconds: float, store):
+    """(tasks, batch size) waves covering ``todo``; see :func:`run_sweep`. The batch
+    size comes from the median time of the tasks recorded in the previous wave."""
+    workers = engine.n_workers
+    if workers <= 1 or batch_seconds <= 0 or len(todo) <= 2 * workers:
+        if todo:
+            yield todo, 1
+        return
+    rest = list(todo)
+    wave, rest = rest[:workers], rest[workers:]
+    yield wave, 1
+    while rest:
+        recs = store.results()
+        secs = [
+            recs[pk]["seconds"]
+            for pk in wave
+            if pk in recs and recs[pk].get("status") == "ok" and recs[pk].get("seconds")
+        ]
+        per_task = float(np.median(secs)) if secs else float("inf")
+        size = int(batch_seconds // per_task) if per_task > 0 else len(rest)
+        size = max(1, min(size, -(-len(rest) // (2 * workers))))
+        wave, rest = rest[: size * 2 * workers], rest[size * 2 * workers :]
+        yield wave, size
 
 
 def summarise(results: dict, points: Sequence[dict], n_folds: int) -> list[dict]:

@@ -180,3 +180,13 @@ def test_local_engine_runs_the_same_rounds_as_a_one_worker_cluster(dataset):
         one = fit_distributed(NeymanPearsonSGD(**params), ds, eng, progress=False)
     np.testing.assert_array_equal(local.coef_, one.coef_)
     assert local.engine_["name"] == "local" and one.engine_["name"] == "dask"
+
+
+def test_dask_map_batched_and_sweep_batches(dask_engine):
+    from tests.engines.batching import (
+        check_map_batched,
+        check_sweep_batches_short_tasks,
+    )
+
+    check_map_batched(dask_engine)
+    check_sweep_batches_short_tasks(dask_engine)

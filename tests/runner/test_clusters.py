@@ -250,6 +250,13 @@ def test_embedded_ray_binds_loopback_and_maps():
         assert got == {k: sum(x * x for x in range(10)) + k for k in range(4)}
         errs = dict(eng.map(_boom, [(1,)]))
         assert "ZeroDivisionError" in str(errs[0])
+        from tests.engines.batching import (
+            check_map_batched,
+            check_sweep_batches_short_tasks,
+        )
+
+        check_map_batched(eng)
+        check_sweep_batches_short_tasks(eng)
 
 
 def _square_sum(xs, k):
