@@ -216,6 +216,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             eng, run, points, n_folds, fit_val if spec.cv == "val" else fit_fold,
             task_args, select=spec.select, progress=progress,
             after_task=lambda: (events(), interrupt.check()),
+            batch_seconds=spec.batch_seconds,
         )  # fmt: skip
         rank_points(table, spec.select)
         write_summary(table, run.path / "summary.parquet")

@@ -132,8 +132,10 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         grid = {{ alpha = [1e-4, -1.0], eta = 2.0 }}
         cv = 1
         select = "accuracy"
+        batch_seconds = -1
         """,
             [
+                "sweep.batch_seconds: must be >= 0 (0 turns batching off), got -1",
                 "sweep.grid.alpha: must be a float in the range (0.0, inf), got -1.0",
                 "sweep.grid.eta: must be an array of values, got 2.0",
                 "sweep.grid.alpha: also set in model.params",
