@@ -8,7 +8,11 @@ overhead: an NP training job through `bigrate run` vs calling the estimator dire
           test Pfa / Pnd of both; cluster start-up is read from the run's event log and
           reported separately.
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
-          (sequential), Dask (2 workers) and Ray (2 CPUs); start-up reported separately.
+          (sequential), Dask (2 workers) and Ray (2 CPUs), with the default batching of
+          short tasks ([sweep] batch_seconds = 1) and without (batch_seconds = 0), and
+          with longer tasks (more epochs); start-up reported separately.
+
+    python benchmarks/bench_jobs.py --only sweep
 
 Writes benchmarks/out/jobs.json.
 """
@@ -57,19 +61,31 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=804_414)
     ap.add_argument("--out", default=str(HERE / "out"))
+    ap.add_argument("--only", choices=["train", "sweep"])
     a = ap.parse_args()
     out = Path(a.out)
     work = out / "jobs"
     work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"rows": a.rows}
+    if a.only != "sweep":
+        _train(a, out, work, res)
+    if a.only != "train":
+        _sweeps(out, work, res)
+    from bigrate.files import atomic_write_text
+
+    name = "jobs.json" if a.only is None else f"jobs_{a.only}.json"
+    atomic_write_text(out / name, json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+
+
+def _train(a, out: Path, work: Path, res: dict) -> None:
     from bench_sgd import _synth
 
     from bigrate import NeymanPearsonSGD, ShardedDataset
-    from bigrate.data.prep import run_recipe
     from bigrate.engines.dask import DaskEngine
     from bigrate.linear import fit_distributed
 
     data = _synth(out, a.rows)
-    res: dict = {"rows": a.rows}
     train = """
 [job]
 kind = "train"
@@ -129,6 +145,12 @@ dir = "{out}"
         }
         print(engine, res[f"train_{engine}"], flush=True)
 
+
+def _sweeps(out: Path, work: Path, res: dict) -> None:
+    from datetime import datetime
+
+    from bigrate.data.prep import run_recipe
+
     a9a = work / "a9a"
     if not (a9a / "manifest.json").exists():
         run_recipe("a9a", a9a, progress=False)
@@ -140,44 +162,62 @@ name = "bench-sweep"
 path = "{data}"
 [model]
 estimator = "NeymanPearsonSGD"
-params = {{ rho = 0.05, epochs = 5 }}
+params = {{ rho = 0.05, epochs = {epochs} }}
 [sweep]
 grid = {{ alpha = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1], loss = ["sigmoid", "ramp"] }}
 cv = 3
+batch_seconds = {batch}
 [engine]
 name = "{engine}"
 workers = 2
 [output]
 dir = "{out}"
 """
-    for engine in ("local", "dask", "ray"):
-        job = _job(
-            work / f"sweep_{engine}.toml",
-            sweep.format(data=a9a, engine=engine, out=work / "runs"),
-        )
-        wall, run = _run(job)
-        ev = _events(run)
-        t0 = ev["sweep_started"]["time"]
-        t1 = ev["sweep_selected"]["time"]
-        from datetime import datetime
-
-        span = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
-        res[f"sweep_{engine}"] = {
-            "tasks": 36,
-            "sweep_s": span,
-            "tasks_per_s": 36 / span,
-            "engine_startup_s": ev["engine_started"]["seconds"],
-            "bigrate_run_wall_s": wall,
-        }
-        print(engine, res[f"sweep_{engine}"], flush=True)
-    for engine in ("dask", "ray"):
-        res[f"sweep_{engine}"]["throughput_vs_local"] = (
-            res[f"sweep_{engine}"]["tasks_per_s"] / res["sweep_local"]["tasks_per_s"]
-        )
-    from bigrate.files import atomic_write_text
-
-    atomic_write_text(out / "jobs.json", json.dumps(res, indent=2) + "\n")
-    print(json.dumps(res, indent=2))
+    for epochs in (5, 40):
+        for engine, batch in (("local", 0), ("dask", 1), ("dask", 0), ("ray", 1),
+                              ("ray", 0)):  # fmt: skip
+            key = f"sweep_{engine}_epochs{epochs}" + ("_unbatched" if engine != "local"
+                                                      and batch == 0 else "")  # fmt: skip
+            job = _job(
+                work / f"{key}.toml",
+                sweep.format(
+                    data=a9a,
+                    engine=engine,
+                    out=work / "runs",
+                    epochs=epochs,
+                    batch=batch,
+                ),  # fmt: skip
+            )
+            wall, run = _run(job)
+            ev = _events(run)
+            t0 = ev["sweep_started"]["time"]
+            t1 = ev["sweep_selected"]["time"]
+            span = (
+                datetime.fromisoformat(t1) - datetime.fromisoformat(t0)
+            ).total_seconds()
+            waves = [
+                json.loads(line)
+                for line in (run / "events.jsonl").read_text().splitlines()
+                if '"sweep_wave"' in line
+            ]
+            task_s = [
+                json.loads(p.read_text())["seconds"]
+                for p in (run / "results").glob("*.json")
+            ]
+            res[key] = {
+                "tasks": 36,
+                "median_task_s": float(sorted(task_s)[len(task_s) // 2]),
+                "sweep_s": span,
+                "tasks_per_s": 36 / span,
+                "engine_startup_s": ev["engine_started"]["seconds"],
+                "bigrate_run_wall_s": wall,
+                "batches": [w["batch"] for w in waves],
+            }
+            print(key, res[key], flush=True)
+        local = res[f"sweep_local_epochs{epochs}"]["tasks_per_s"]
+        for k in list(res):
+            if k.startswith("sweep_") and k.split("_epochs")[1].startswith(str(epochs)):
+                res[k]["throughput_vs_local"] = res[k]["tasks_per_s"] / local
 
 
 if __name__ == "__main__":
