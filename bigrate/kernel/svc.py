@@ -188,7 +188,18 @@ class NeymanPearsonSVC(_KernelSVCBase):
     eta : float > 0, default 1.0
         Half-width of the ramp (margin of the free support vectors).
     nu : float > 0, default 1.0
-        Multiplier gain: lambda <- lambda (1 + nu (Pfa - rho)).
+        Multiplier gain of the paper's update (``multiplier_update="gain"``):
+        lambda <- lambda (1 + nu (Pfa - rho)).
+    multiplier_update : {"bracket", "gain"}, default "bracket"
+        "bracket": lambda is moved by growing factors (2, 4, 8, ...) until the training
+        Pfa has been seen on both sides of the band rho +- epsilon, then by secant
+        steps in log lambda inside that bracket (safeguarded towards its middle); when
+        the bracket closes without Pfa entering the band (Pfa jumps across it, as for a
+        near-constant classifier at small C), the fit ends at the bracket's feasible
+        end (Pfa <= rho). The number of DC steps then stays about the same over the
+        whole C range. "gain": the paper's multiplicative rule with ``nu``; from a
+        start where Pfa = 0 it shrinks lambda by at most (1 - rho) a step (tens of
+        steps at large C), and at small C it may never settle.
     method : {"annealed", "uzawa"}
         "annealed" (Alg. 3): one warm-started dual solve per iteration, then beta and
         lambda are updated; "uzawa" (Alg. 1): Alg. 2 run to a stable beta for each lambda.
@@ -243,6 +254,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         "C": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "eta": [Interval(Real, 0, None, closed="neither")],
         "nu": [Interval(Real, 0, None, closed="neither")],
+        "multiplier_update": [StrOptions({"bracket", "gain"})],
         "method": [StrOptions({"annealed", "uzawa"})],
         "epsilon": [Interval(Real, 0, 1, closed="left")],
         "smo_max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -263,6 +275,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         degree=3,
         eta=1.0,
         nu=1.0,
+        multiplier_update="bracket",
         method="annealed",
         epsilon=0.01,
         tol=1e-3,
@@ -282,6 +295,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.degree = degree
         self.eta = eta
         self.nu = nu
+        self.multiplier_update = multiplier_update
         self.method = method
         self.epsilon = epsilon
         self.tol = tol
@@ -355,6 +369,12 @@ class NeymanPearsonSVC(_KernelSVCBase):
         converged = False
         f = np.zeros_like(yy)
         b = 0.0
+        search = (
+            _MultiplierSearch(self.rho, self.epsilon)
+            if self.multiplier_update == "bracket"
+            else None
+        )
+        band_run = 0
         for it in range(self.max_iter):
             C = self._costs(yy, lam, n_pos, n_neg)
             inner = 0
@@ -397,12 +417,26 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     "dc_objectives": dc_obj,
                 }
             )
-            done = abs(pfa - self.rho) <= self.epsilon and changed == 0
+            in_band = (
+                abs(pfa - self.rho) <= self.epsilon + 1e-12
+            )  # rounding of rho - eps
+            band_run = band_run + 1 if in_band else 0
+            # beta stable; or, with the bracket search, the band held for 10 DC steps
+            # while one or two betas keep flipping (a cycle of the inexact solves)
+            done = in_band and (changed == 0 or (search is not None and band_run >= 10))
+            if search is not None and search.final and changed == 0:
+                # Pfa jumps across the band: settled on its feasible side (converged);
+                # or no multiplier brings Pfa near rho: stop (not converged)
+                done = pfa <= self.rho + self.epsilon
+                if not done:
+                    break
             if done and it > 0:
                 converged = True
                 break
-            lam = lam * (1.0 + self.nu * (pfa - self.rho))
-            lam = max(lam, 1e-12)
+            if search is None:  # the paper's rule
+                lam = max(lam * (1.0 + self.nu * (pfa - self.rho)), 1e-12)
+            else:
+                lam = search.next(lam, pfa, settled=changed == 0)
         if not converged:
             warnings.warn(
                 f"NeymanPearsonSVC did not converge in max_iter={self.max_iter} iterations: "
@@ -420,3 +454,55 @@ class NeymanPearsonSVC(_KernelSVCBase):
         stats = np.zeros(2, np.int64)
         G = prob.gradient(y, np.zeros_like(y), alpha, stats)  # G = Q a
         return y * G + b, float(alpha @ G)
+
+
+class _MultiplierSearch:
+    """The "bracket" multiplier update of :class:`NeymanPearsonSVC`: find lambda with
+    the training Pfa in [rho - epsilon, rho + epsilon], Pfa decreasing in lambda (more
+    weight on the negatives) up to the DC iterations' noise."""
+
+    def __init__(self, rho: float, epsilon: float):
+        self.rho, self.eps = rho, epsilon
+        self.lo = self.hi = None  # (lambda, Pfa): Pfa above the band / below it
+        self.run = 0  # consecutive steps on the same side before a bracket exists
+        self.final = False  # the bracket closed: the last solve is at its feasible end
+        self.last_side = None  # side of the band of the previous bracketed step
+
+    def next(self, lam: float, pfa: float, settled: bool) -> float:
+        above = pfa > self.rho + self.eps + 1e-12
+        below = pfa < self.rho - self.eps - 1e-12
+        if above and (self.lo is None or lam >= self.lo[0]):
+            self.lo = (lam, pfa)
+        if below and (self.hi is None or lam <= self.hi[0]):
+            self.hi = (lam, pfa)
+        if self.lo is not None and self.hi is not None and self.lo[0] >= self.hi[0]:
+            # contradictory (the DC iterates moved): keep the newest side only
+            if above:
+                self.hi = None
+            else:
+                self.lo = None
+        if not (above or below):  # inside the band: wait for beta to settle
+            return lam
+        if self.lo is None or self.hi is None:  # expand towards the band
+            self.run += 1
+            if self.run > 12:  # lambda moved ~1e13-fold: the band is out of reach
+                self.final = True
+                return lam
+            factor = 2.0 ** min(self.run, 4)
+            return lam * factor if above else lam / factor
+        (l0, p0), (l1, p1) = self.lo, self.hi
+        if l1 / l0 <= 1.0 + 1e-3:  # closed without Pfa entering the band
+            self.final = True
+            return l1
+        a, b = np.log(l0), np.log(l1)
+        side = "above" if above else "below"
+        if (
+            side == self.last_side
+        ):  # the secant stalls on one side (e.g. a jump): bisect
+            x = 0.5 * (a + b)
+        else:
+            g0, g1 = p0 - self.rho, p1 - self.rho  # > 0 and < 0
+            x = a + (b - a) * g0 / (g0 - g1)  # secant in log lambda
+            x = min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a))
+        self.last_side = side
+        return float(np.exp(x))
