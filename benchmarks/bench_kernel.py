@@ -4,6 +4,7 @@
     python benchmarks/bench_kernel.py anneal     # annealed vs Uzawa at equal Pfa/Pnd
     python benchmarks/bench_kernel.py quality    # NP quality vs AC-SVM grid and umbrella
     python benchmarks/bench_kernel.py threshold  # NP-SVM vs SVC + threshold moved on val
+    python benchmarks/bench_kernel.py npcost     # NP-SVM fit cost over C vs one libsvm fit
     python benchmarks/bench_kernel.py scaling    # NPSearchCV fits per minute, Ray 1 vs 2 CPUs
     python benchmarks/bench_kernel.py all
 
@@ -437,6 +438,50 @@ def bench_threshold(out: Path) -> dict:
     return res
 
 
+def bench_npcost(out: Path, n: int = 6000) -> dict:
+    """NP-SVM fit cost over C (issue: kernel fits at libsvm's speed): one fit's time
+    over one libsvm fit of the same data (scikit-learn's SVC, same RBF gamma), DC
+    steps and training Pfa / Pnd, for C from n+/100 to 100 n+, both methods, with the
+    bracket multiplier search (default) and the paper's gain rule (capped at 60 steps)."""
+    from sklearn.datasets import make_classification
+    from sklearn.svm import SVC
+
+    from bigrate import NeymanPearsonSVC
+
+    X, y = make_classification(n_samples=n, n_features=20, weights=[0.3, 0.7],
+                               random_state=0)  # fmt: skip
+    y = np.where(y == 1, 1, -1)
+    n_pos = int((y > 0).sum())
+    res = {"n": n, "n_pos": n_pos, "gamma": 0.05, "rho": 0.1}
+    t = time.perf_counter()
+    SVC(gamma=0.05, cache_size=200).fit(X, y)
+    lib = time.perf_counter() - t
+    res["libsvm_s"] = lib
+    for method in ("annealed", "uzawa"):
+        for update in ("bracket", "gain"):
+            for mult in (0.01, 0.1, 1.0, 10.0, 100.0):
+                m = NeymanPearsonSVC(rho=0.1, C=mult * n_pos, gamma=0.05, method=method,
+                                     multiplier_update=update,
+                                     max_iter=60 if update == "gain" else 200)  # fmt: skip
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    m.fit(X, y)
+                dt = time.perf_counter() - t
+                h = m.history_[-1]
+                row = {
+                    "fit_over_libsvm": dt / lib,
+                    "dc_steps": m.n_iter_,
+                    "converged": bool(m.converged_),
+                    "train_pfa": h["pfa"],
+                    "train_pnd": h["pnd"],
+                }
+                res[f"{method}_{update}_C{mult:g}n+"] = row
+                print(method, update, mult, json.dumps(row), flush=True)
+    _save(out, "npcost", res)
+    return res
+
+
 def bench_scaling(out: Path) -> dict:
     from bigrate import NeymanPearsonSVC, NPSearchCV
 
@@ -473,7 +518,8 @@ def bench_scaling(out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
-        "what", choices=["svc", "anneal", "quality", "threshold", "scaling", "all"]
+        "what",
+        choices=["svc", "anneal", "quality", "threshold", "npcost", "scaling", "all"],
     )
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
@@ -486,6 +532,7 @@ def main() -> None:
             "anneal": bench_anneal,
             "quality": bench_quality,
             "threshold": bench_threshold,
+            "npcost": bench_npcost,
             "scaling": bench_scaling,
         }[w](out)
 
