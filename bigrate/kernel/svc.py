@@ -426,10 +426,12 @@ class NeymanPearsonSVC(_KernelSVCBase):
             done = in_band and (changed == 0 or (search is not None and band_run >= 10))
             if search is not None and search.final and changed == 0:
                 # Pfa jumps across the band: settled on its feasible side (converged);
-                # or no multiplier brings Pfa near rho: stop (not converged)
+                # no multiplier brings Pfa near rho: stop (not converged); the
+                # feasible end turned infeasible (the DC iterates moved): search on
                 done = pfa <= self.rho + self.epsilon
-                if not done:
+                if not done and search.exhausted:
                     break
+                search.reopen()
             if done and it > 0:
                 converged = True
                 break
@@ -467,6 +469,13 @@ class _MultiplierSearch:
         self.run = 0  # consecutive steps on the same side before a bracket exists
         self.final = False  # the bracket closed: the last solve is at its feasible end
         self.last_side = None  # side of the band of the previous bracketed step
+        self.exhausted = False  # expanded as far as allowed without finding the band
+
+    def reopen(self) -> None:
+        """The solve at the bracket's feasible end came out infeasible: drop that end
+        and go on searching."""
+        self.final = False
+        self.hi = None
 
     def next(self, lam: float, pfa: float, settled: bool) -> float:
         above = pfa > self.rho + self.eps + 1e-12
@@ -486,7 +495,7 @@ class _MultiplierSearch:
         if self.lo is None or self.hi is None:  # expand towards the band
             self.run += 1
             if self.run > 12:  # lambda moved ~1e13-fold: the band is out of reach
-                self.final = True
+                self.final = self.exhausted = True
                 return lam
             factor = 2.0 ** min(self.run, 4)
             return lam * factor if above else lam / factor
