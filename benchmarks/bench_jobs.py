@@ -10,7 +10,9 @@ overhead: an NP training job through `bigrate run` vs calling the estimator dire
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
           (sequential), Dask (2 workers) and Ray (2 CPUs), with the default batching of
           short tasks ([sweep] batch_seconds = 1) and without (batch_seconds = 0), and
-          with longer tasks (more epochs); start-up reported separately.
+          with longer tasks (more epochs); engine start-up and the workers' warm-up
+          (imports and compiled kernels, on every engine, the local one included)
+          reported separately.
 
     python benchmarks/bench_jobs.py --only sweep
 
@@ -210,6 +212,7 @@ dir = "{out}"
                 "sweep_s": span,
                 "tasks_per_s": 36 / span,
                 "engine_startup_s": ev["engine_started"]["seconds"],
+                "worker_warm_up_s": ev.get("engine_warm", {}).get("seconds"),
                 "bigrate_run_wall_s": wall,
                 "batches": [w["batch"] for w in waves],
             }

@@ -104,6 +104,12 @@ class Engine(ABC):
     ) -> Iterator[tuple[int, object]]:
         """Yield ``(index, result or TaskError)`` as the tasks finish."""
 
+    def warm_up(self, fn: Callable, *args) -> None:
+        """Run ``fn(*args)`` once on every worker (imports, compiled kernels loaded
+        from numba's cache), so that the first tasks of a short-task workload do not
+        each pay it. Here: once in this process (the local engine's worker)."""
+        fn(*args)
+
     #: module-level function ``x -> x`` run on a worker for every argument of a batched
     #: task: where the engine resolves only top-level handles (Ray), it fetches the
     #: objects of handles nested in a batch

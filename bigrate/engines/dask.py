@@ -131,6 +131,10 @@ class DaskEngine(Engine):
         """Send ``obj`` to every worker once; tasks receive it by reference."""
         return self.client.scatter(obj, broadcast=True, hash=False)
 
+    def warm_up(self, fn, *args) -> None:
+        """``fn(*args)`` on every worker now connected (Client.run)."""
+        self.client.run(fn, *args)
+
     def map(self, fn, args_list, *, retries: int = 3):
         """Yield (index, result or TaskError) as tasks finish. A task whose worker dies
         is recomputed on another worker; an exception inside it is not retried."""

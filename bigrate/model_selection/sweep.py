@@ -32,6 +32,7 @@ __all__ = [
     "run_sweep",
     "select_best",
     "summarise",
+    "warm_task",
     "write_summary",
 ]
 
@@ -110,6 +111,25 @@ def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:
         "metrics": evaluate_split(est.decision_function, ds, "val", **target),
         "seconds": time.perf_counter() - t,
     }
+
+
+def warm_task(est_cls, params: dict, n_features: int) -> None:
+    """Fit ``est_cls(**params)`` once on 40 random sparse rows (CSR float32, as
+    read from shards) of ``n_features`` features: loads the imports and compiled
+    kernels a sweep's tasks need, where it runs."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    d = max(1, min(int(n_features), 50))
+    X = sp.random(40, d, density=0.3, format="csr", dtype=np.float32, random_state=0)
+    X.resize(40, int(n_features))
+    y = np.where(np.arange(40) % 2 == 0, 1, -1)
+    rng.shuffle(y)
+    import warnings
+
+    with warnings.catch_warnings():  # a fit on 40 random rows may well not converge
+        warnings.simplefilter("ignore")
+        est_cls(**params).fit(X, y)
 
 
 def run_sweep(

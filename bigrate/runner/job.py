@@ -15,6 +15,7 @@ from bigrate.model_selection.sweep import (
     fit_val,
     rank_points,
     select_best,
+    warm_task,
     write_summary,
 )
 from bigrate.model_selection.sweep import run_sweep as _sweep
@@ -193,6 +194,14 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     with open_engine(spec, run, progress) as eng:
         cache = {}
         events = _cluster_events(eng, run, progress)
+        t = time.perf_counter()
+        try:  # imports and compiled kernels loaded on every worker before the sweep
+            eng.warm_up(warm_task, cls, {**base, **points[0]}, ds.n_features)
+            run.event("engine_warm", seconds=time.perf_counter() - t)
+        except Exception as e:  # noqa: BLE001 - the sweep's own tasks will say why
+            run.event(
+                "engine_warm", seconds=time.perf_counter() - t, error=str(e)[:500]
+            )
 
         def task_args(p, k):
             params = {**base, **points[p]}
