@@ -36,19 +36,13 @@ def resolve_ref(x):
     return ray.get(x) if isinstance(x, ray.ObjectRef) else x
 
 
-class _hold_then:  # noqa: N801 - a picklable closure
+def _warm_and_hold(fn, *args):
     """``fn(*args)``, then stay busy for a moment so that concurrent warm-up tasks land
     on distinct worker processes."""
+    import time
 
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, *args):
-        import time
-
-        out = self.fn(*args)
-        time.sleep(0.3)
-        return out
+    fn(*args)
+    time.sleep(0.3)
 
 
 class RayEngine(Engine):
@@ -134,7 +128,7 @@ class RayEngine(Engine):
     def warm_up(self, fn, *args) -> None:
         """``fn(*args)`` as one task per CPU, all at once (Ray starts a worker process
         per concurrently running task, so each CPU's worker runs one)."""
-        self.run(_hold_then(fn), [args] * self.n_workers)
+        self.run(_warm_and_hold, [(fn, *args)] * self.n_workers)
 
     def map(self, fn, args_list, *, retries: int = 3):
         """Yield (index, result or TaskError) as tasks finish. A task whose worker dies

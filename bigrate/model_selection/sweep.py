@@ -172,6 +172,7 @@ def run_sweep(
         "sweep", total=len(points) * n_folds, done=len(done), enabled=progress
     )
     best = None
+    table_at = time.monotonic()
     for wave, size in _waves(engine, todo, batch_seconds, store):
         store.event("sweep_wave", tasks=len(wave), batch=size)
         args = [task_args(p, k) for p, k in wave]
@@ -194,11 +195,15 @@ def run_sweep(
                     or (value < best if SELECT[select] == "min" else value > best)
                 ):
                     best = value
-            store.save_result(p, k, rec)
-            store.write_results_table()
+            store.save_result(p, k, rec)  # the durable record of the task
+            if time.monotonic() - table_at >= 2.0:  # the derived table, now and then
+                store.write_results_table()
+                table_at = time.monotonic()
             bar.update(1, f"best fold {select} {best:.4g}" if best is not None else "")
             if after_task is not None:
                 after_task()
+    if todo:
+        store.write_results_table()
     bar.close()
     return summarise(store.results(), points, n_folds)
 

@@ -63,7 +63,13 @@ def _cluster_events(eng, run: RunDir | None, progress: bool):
     """A callback recording what the engine noticed (a lost or joined worker) as an
     event of the run and one console line each."""
 
-    def poll(*_):
+    last = [time.monotonic()]
+
+    def poll(*_, force: bool = False):
+        # a round trip to the scheduler: at most once a second between short tasks
+        if not force and time.monotonic() - last[0] < 1.0:
+            return
+        last[0] = time.monotonic()
         for e in eng.poll_events():
             if run is not None:
                 run.event(e["event"], worker=e["worker"], engine=eng.name)
@@ -173,7 +179,7 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         run.event("train_started", params=params)
         events = _cluster_events(eng, run, progress)
         est = _fit(spec, params, ds, eng, progress, run, on_round=events)
-        events()  # a worker lost in the last round
+        events(force=True)  # a worker lost in the last round
         fit_s = time.perf_counter() - t
     run.event("train_finished", seconds=fit_s)
     return _finish_model(spec, run, est, ds, {"fit_seconds": fit_s, "params": params})
@@ -227,6 +233,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             after_task=lambda: (events(), interrupt.check()),
             batch_seconds=spec.batch_seconds,
         )  # fmt: skip
+        events(force=True)  # a worker lost during the last tasks
         rank_points(table, spec.select)
         write_summary(table, run.path / "summary.parquet")
         best = select_best(table, spec.select)
