@@ -143,7 +143,7 @@ def run_sweep(
     select: str = "J_val",
     progress: bool = True,
     after_task: Callable[[], None] | None = None,
-    batch_seconds: float = 1.0,
+    batch_seconds: float = 0.0,
 ) -> list[dict]:
     """Run every (point, fold) task not yet in ``store`` on ``engine`` and return the
     per-point summary (:func:`summarise`).
@@ -151,12 +151,14 @@ def run_sweep(
     ``task(*task_args(point, fold))`` returns ``{"metrics": {...}, "seconds": s}``;
     ``after_task`` is called after each recorded task (e.g. to honour Ctrl-C).
 
-    On an engine with several workers, short tasks are batched: a first wave of one
-    task per worker measures a task's time, then tasks go out in waves of batches of
-    about ``batch_seconds`` of work (at least two batches per worker in a wave, the
-    estimate refreshed after every wave), so an engine's cost per task (scheduling,
-    transfer) is paid per batch. Long tasks stay one per engine task; ``batch_seconds``
-    = 0 turns batching off. Results are recorded as each batch finishes."""
+    With ``batch_seconds`` > 0, on an engine with several workers, short tasks are
+    batched: a first wave of one task per worker measures a task's time, then tasks go
+    out in waves of batches of about ``batch_seconds`` of work (at least two batches per
+    worker in a wave, the estimate refreshed after every wave), so an engine's cost per
+    task (scheduling, transfer) is paid per batch; results are recorded as each batch
+    finishes. Off by default: on a 2-CPU machine with a local scheduler the waves' idle
+    ends cost more than they save (BENCHMARKS, job layer); it is meant for clusters
+    whose per-task latency is high."""
     done = store.results()
     todo = [
         (p, k) for p in range(len(points)) for k in range(n_folds) if (p, k) not in done

@@ -22,7 +22,7 @@ together as a :class:`JobSpecError`.
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
     select = "J_val"               # J_val (NP) | accepted (q-value)
-    batch_seconds = 1.0            # short fits batched into ~1 s engine tasks (0: off)
+    batch_seconds = 0              # > 0: short fits batched into engine tasks of ~that
     [evaluate]                     # kind = "evaluate" only
     model = "runs/a9a-np-.../model"
     splits = ["test"]
@@ -96,7 +96,7 @@ class JobSpec:
     cv: int | str = "val"
     select: str = "J_val"
     seed: int = 0
-    batch_seconds: float = 1.0
+    batch_seconds: float = 0.0
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
     output: str = "runs"
@@ -323,7 +323,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
             problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv!r}')
         if isinstance(cv, int) and cv < 2:
             problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv}')
-        if not float(sweep.get("batch_seconds", 1.0)) >= 0:
+        if not float(sweep.get("batch_seconds", 0.0)) >= 0:
             problems.append(
                 f"sweep.batch_seconds: must be >= 0 (0 turns batching off), got "
                 f"{sweep.get('batch_seconds')}"
@@ -383,7 +383,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         cv=cv,
         select=select or "J_val",
         seed=sweep.get("seed", 0),
-        batch_seconds=float(sweep.get("batch_seconds", 1.0)),
+        batch_seconds=float(sweep.get("batch_seconds", 0.0)),
         model=model_dir,
         splits=list(splits),
         output=out,

@@ -45,7 +45,7 @@ def check_sweep_batches_short_tasks(eng):
     store = MemoryStore()
     points = [{"k": k} for k in range(20)]
     table = run_sweep(eng, store, points, 2, short_task, lambda p, f: (p,),
-                      progress=False)  # fmt: skip
+                      progress=False, batch_seconds=1.0)  # fmt: skip
     assert len(store.results()) == 40 and all(r["n_ok"] == 2 for r in table)
     waves = [e for e in store.log if e["event"] == "sweep_wave"]
     assert waves[0]["batch"] == 1 and waves[0]["tasks"] == eng.n_workers
