@@ -38,137 +38,334 @@ def _kval(kind, s, sqi, sqj, gamma, coef0, degree):
     return (gamma * s + coef0) ** degree
 
 
-@njit(cache=True, nogil=True)
-def _dense_row(X, sq, i, kind, gamma, coef0, degree, out):
-    n, d = X.shape
-    for j in range(n):
-        s = 0.0
-        for k in range(d):
-            s += X[i, k] * X[j, k]
-        out[j] = _kval(kind, s, sq[i], sq[j], gamma, coef0, degree)
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _dot_rows(X, i, j):
+    """<X[i], X[j]>; reassociation lets the compiler vectorise the sum."""
+    s = 0.0
+    for k in range(X.shape[1]):
+        s += X[i, k] * X[j, k]
+    return s
 
 
 @njit(cache=True, nogil=True)
-def _csr_row(indptr, indices, data, sq, i, kind, gamma, coef0, degree, work, out):
-    n = indptr.shape[0] - 1
-    for k in range(indptr[i], indptr[i + 1]):
-        work[indices[k]] = data[k]
-    for j in range(n):
-        s = 0.0
-        for k in range(indptr[j], indptr[j + 1]):
-            s += data[k] * work[indices[k]]
-        out[j] = _kval(kind, s, sq[i], sq[j], gamma, coef0, degree)
-    for k in range(indptr[i], indptr[i + 1]):
-        work[indices[k]] = 0.0
+def _fill_cols(kp, i, cols, c0, c1, out):
+    """out[j] = K(x_i, x_j) for j in cols[c0:c1]: the inner products first, then the
+    kernel function in a second loop (exp pipelines better on its own)."""
+    Xd, indptr, indices, data, sparse, sq, kind, gamma, coef0, degree, work = kp[:11]
+    if sparse:
+        for k in range(indptr[i], indptr[i + 1]):
+            work[indices[k]] = data[k]
+        for c in range(c0, c1):
+            j = cols[c]
+            s = 0.0
+            for k in range(indptr[j], indptr[j + 1]):
+                s += data[k] * work[indices[k]]
+            out[j] = s
+        for k in range(indptr[i], indptr[i + 1]):
+            work[indices[k]] = 0.0
+    else:
+        for c in range(c0, c1):
+            j = cols[c]
+            out[j] = _dot_rows(Xd, i, j)
+    sqi = sq[i]
+    if kind == RBF:
+        for c in range(c0, c1):
+            j = cols[c]
+            out[j] = np.exp(-gamma * max(sqi + sq[j] - 2.0 * out[j], 0.0))
+    elif kind != LINEAR:
+        for c in range(c0, c1):
+            j = cols[c]
+            out[j] = _kval(kind, out[j], sqi, sq[j], gamma, coef0, degree)
 
 
 @njit(cache=True, nogil=True)
-def _get_row(i, kp, stats):
-    """Row i of K, from the cache or computed into the least recently used slot.
+def _row(i, kp, cols, m, full, stats):
+    """Row i of K, valid at least on the active columns ``cols[:m]`` (on every column
+    with ``full``), from the cache or computed into the least recently used slot.
 
-    ``kp`` bundles the inputs and the cache: (Xd, indptr, indices, data, sparse, sq, kind,
-    gamma, coef0, degree, work, cache, slot_of, row_of, last_used, clock)."""
-    (
-        Xd,
-        indptr,
-        indices,
-        data,
-        sparse,
-        sq,
-        kind,
-        gamma,
-        coef0,
-        degree,
-        work,
-        cache,
-        slot_of,
-        row_of,
-        last_used,
-        clock,
-    ) = kp
-    s = slot_of[i]
+    ``kp`` bundles the inputs and the cache: (Xd, indptr, indices, data, sparse, sq,
+    kind, gamma, coef0, degree, work, cache, slot_of, row_of, last_used, clock,
+    slot_full, slot_epoch, epoch). A slot holds a full row, or a partial one computed on
+    the active set of epoch ``slot_epoch``; the epoch advances whenever the active set
+    grows (a solve starts, the gradient is reconstructed), so within one epoch the
+    active set only shrinks and a partial row of the current epoch stays valid."""
+    cache, slot_of, row_of, last_used, clock, slot_full, slot_epoch, epoch = kp[11:]
+    n = cols.shape[0]
     clock[0] += 1
+    s = slot_of[i]
     if s >= 0:
         last_used[s] = clock[0]
-        stats[0] += 1  # hit
-        return cache[s]
-    stats[1] += 1  # miss
-    s = 0
-    best = last_used[0]
-    for k in range(1, last_used.shape[0]):
-        if last_used[k] < best:
-            best = last_used[k]
-            s = k
-    old = row_of[s]
-    if old >= 0:
-        slot_of[old] = -1
-    row_of[s] = i
-    slot_of[i] = s
-    last_used[s] = clock[0]
-    if sparse:
-        _csr_row(
-            indptr, indices, data, sq, i, kind, gamma, coef0, degree, work, cache[s]
-        )
+        if slot_full[s]:
+            stats[0] += 1
+            return cache[s]
+        if slot_epoch[s] == epoch[0]:
+            if not full:
+                stats[0] += 1
+                return cache[s]
+            stats[1] += 1  # extend to the inactive columns
+            _fill_cols(kp, i, cols, m, n, cache[s])
+            slot_full[s] = 1
+            return cache[s]
     else:
-        _dense_row(Xd, sq, i, kind, gamma, coef0, degree, cache[s])
+        s = 0
+        best = last_used[0]
+        for k in range(1, last_used.shape[0]):
+            if last_used[k] < best:
+                best = last_used[k]
+                s = k
+        old = row_of[s]
+        if old >= 0:
+            slot_of[old] = -1
+        row_of[s] = i
+        slot_of[i] = s
+        last_used[s] = clock[0]
+    stats[1] += 1
+    if full or m == n:
+        _fill_cols(kp, i, cols, 0, n, cache[s])
+        slot_full[s] = 1
+    else:
+        _fill_cols(kp, i, cols, 0, m, cache[s])
+        slot_full[s] = 0
+        slot_epoch[s] = epoch[0]
     return cache[s]
 
 
 @njit(cache=True, nogil=True)
-def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats):
-    """Minimise in place from a feasible ``a`` with gradient ``G = Q a - p`` already set.
+def _flags(y, a, lo, hi, t, up, low):
+    """Membership of t in I_up and I_low."""
+    if y[t] > 0:
+        up[t] = a[t] < hi[t]
+        low[t] = a[t] > lo[t]
+    else:
+        up[t] = a[t] > lo[t]
+        low[t] = a[t] < hi[t]
 
-    Returns (status, iterations, gap). ``stats`` accumulates [cache hits, misses].
+
+@njit(cache=True, nogil=True)
+def _bounded_part(a, lo, hi, t):
+    """a_t if it sits at a bound (its share of G_bar), else 0; the complement of the
+    free test lo < a < hi, so a value an ulp outside its box still counts once."""
+    if a[t] <= lo[t] or a[t] >= hi[t]:
+        return a[t]
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
+def _update_bar(kp, y, a, lo, hi, u, old, mgbar, perm, m, stats):
+    """Keep G_bar (as -y G_bar) when variable u moved onto, off or between bounds."""
+    bo = old if (old <= lo[u] or old >= hi[u]) else 0.0
+    dbar = _bounded_part(a, lo, hi, u) - bo
+    if dbar != 0.0:
+        Ku = _row(u, kp, perm, m, True, stats)
+        cu = y[u] * dbar
+        for t in range(y.shape[0]):
+            mgbar[t] -= cu * Ku[t]
+
+
+@njit(cache=True, nogil=True)
+def _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
+    """-y G on the inactive variables perm[m:], from G_bar and the free variables
+    (which are all active: a shrunk variable sits at a bound or is not movable)."""
+    n = y.shape[0]
+    if m == n:
+        return
+    for c in range(m, n):
+        t = perm[c]
+        mg[t] = y[t] * p[t] + mgbar[t]
+    n_free = 0
+    for c in range(m):
+        t = perm[c]
+        if lo[t] < a[t] < hi[t]:
+            n_free += 1
+    if n_free == 0:
+        return
+    if n_free * n > 2 * m * (n - m):
+        # rows of the inactive variables over the active columns
+        for c in range(m, n):
+            t = perm[c]
+            Kt = _row(t, kp, perm, m, False, stats)
+            acc = 0.0
+            for d in range(m):
+                u = perm[d]
+                if lo[u] < a[u] < hi[u]:
+                    acc += y[u] * a[u] * Kt[u]
+            mg[t] -= acc
+    else:
+        # full rows of the free variables
+        for c in range(m):
+            u = perm[c]
+            if lo[u] < a[u] < hi[u]:
+                Ku = _row(u, kp, perm, m, True, stats)
+                cu = y[u] * a[u]
+                for d in range(m, n):
+                    t = perm[d]
+                    mg[t] -= cu * Ku[t]
+
+
+@njit(cache=True, nogil=True)
+def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
+    """Move the variables that cannot enter the next working sets to the inactive part
+    (libsvm's rule, per-example boxes): in I_up only with -y G below min_{I_low}, in
+    I_low only with -y G above max_{I_up}, or in neither. The active part stays in
+    index order. Returns the new active size."""
+    gmax = -np.inf
+    gmin = np.inf
+    for c in range(m):
+        t = perm[c]
+        if up[t] and mg[t] > gmax:
+            gmax = mg[t]
+        if low[t] and mg[t] < gmin:
+            gmin = mg[t]
+    k = 0
+    r = 0
+    for c in range(m):
+        t = perm[c]
+        if up[t]:
+            drop = (not low[t]) and mg[t] < gmin
+        else:
+            drop = (not low[t]) or mg[t] > gmax
+        if drop:
+            scratch[r] = t
+            r += 1
+            shrunk[t] = 1
+        else:
+            perm[k] = t
+            k += 1
+    for c in range(r):
+        perm[k + c] = scratch[c]
+    return k
+
+
+@njit(cache=True, nogil=True)
+def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
+    """Minimise in place from a feasible ``a`` with gradient ``G = Q a - p`` already set;
+    on return G is the gradient at the returned ``a`` on every variable.
+
+    With ``shrinking`` (libsvm's heuristic, Chang and Lin 2011, sec. 5.1): every
+    min(n, 1000) iterations the variables that cannot be selected soon are set aside,
+    selection and gradient updates run over the active ones only and kernel rows are
+    computed on the active columns; G_bar (the gradient's share from variables at a
+    bound) is kept so that the inactive gradients can be reconstructed from the free
+    variables alone. The first time the gap falls below 10 eps every variable is
+    reactivated once, and before stopping the whole gradient is reconstructed and the
+    stopping rule re-checked on all variables.
+
+    Returns (status, iterations, gap). ``stats`` accumulates [cache hits, misses,
+    variables shrunk, gradient reconstructions, shrunk variables that moved again].
     """
     n = y.shape[0]
+    epoch = kp[18]
+    epoch[0] += 1  # a new active set: partial rows of earlier solves are stale
+    perm = np.arange(n)
+    m = n
+    mg = np.empty(n)  # -y G
+    up = np.empty(n, np.bool_)
+    low = np.empty(n, np.bool_)
+    for t in range(n):
+        mg[t] = -y[t] * G[t]
+        _flags(y, a, lo, hi, t, up, low)
+    mgbar = np.zeros(n)
+    shrunk = np.zeros(n, np.bool_)
+    scratch = np.empty(n, np.int64)
+    if shrinking:
+        for u in range(n):
+            bu = _bounded_part(a, lo, hi, u)
+            if bu != 0.0:
+                Ku = _row(u, kp, perm, m, True, stats)
+                cu = y[u] * bu
+                for t in range(n):
+                    mgbar[t] -= cu * Ku[t]
+    period = min(n, 1000)
+    counter = period
+    unshrunk = False
     it = 0
     gap = np.inf
+    status = MAX_ITER
+    have_i = False
+    gmax = -np.inf
+    i = -1
     while it < max_iter:
-        # select i
-        gmax = -np.inf
-        i = -1
-        for t in range(n):
-            if (y[t] > 0 and a[t] < hi[t]) or (y[t] < 0 and a[t] > lo[t]):
-                v = -y[t] * G[t]
-                if v > gmax:
-                    gmax = v
+        if shrinking:
+            counter -= 1
+            if counter == 0:
+                counter = period
+                if not unshrunk:
+                    gmx = -np.inf
+                    gmn = np.inf
+                    for c in range(m):
+                        t = perm[c]
+                        if up[t] and mg[t] > gmx:
+                            gmx = mg[t]
+                        if low[t] and mg[t] < gmn:
+                            gmn = mg[t]
+                    if gmx - gmn <= 10.0 * eps:
+                        unshrunk = True
+                        _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+                        if m < n:
+                            stats[3] += 1
+                            m = n
+                            perm[:] = np.arange(n)
+                            epoch[0] += 1
+                m0 = m
+                m = _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch)
+                stats[2] += m0 - m
+                have_i = False
+        if not have_i:
+            gmax = -np.inf
+            i = -1
+            for c in range(m):
+                t = perm[c]
+                if up[t] and mg[t] > gmax:
+                    gmax = mg[t]
                     i = t
+        have_i = False
+        # gmin and the second-order choice of j, on the active set
         gmin = np.inf
-        for t in range(n):
-            if (y[t] > 0 and a[t] > lo[t]) or (y[t] < 0 and a[t] < hi[t]):
-                v = -y[t] * G[t]
-                if v < gmin:
-                    gmin = v
-        gap = gmax - gmin
-        if i < 0 or gap <= eps:
-            return OK, it, gap
-        Ki = _get_row(i, kp, stats)
-        # select j (second order)
         j = -1
         best = np.inf
-        for t in range(n):
-            if (y[t] > 0 and a[t] > lo[t]) or (y[t] < 0 and a[t] < hi[t]):
-                b = gmax + y[t] * G[t]
-                if b > 0.0:
-                    aa = diag[i] + diag[t] - 2.0 * Ki[t]
-                    if aa <= 0.0:
-                        aa = TAU
-                    v = -(b * b) / aa
-                    if v <= best:
-                        best = v
-                        j = t
-        if j < 0:
-            return OK, it, gap
-        Kj = _get_row(j, kp, stats)
-        # two-variable update along the feasible direction, clipped to the boxes
+        di = 0.0
+        Ki = mg  # placeholder of the row's type; replaced when i exists
+        if i >= 0:
+            Ki = _row(i, kp, perm, m, False, stats)
+            di = diag[i]
+            for c in range(m):
+                t = perm[c]
+                if low[t]:
+                    v = mg[t]
+                    if v < gmin:
+                        gmin = v
+                    b = gmax - v
+                    if b > 0.0:
+                        aa = di + diag[t] - 2.0 * Ki[t]
+                        if aa <= 0.0:
+                            aa = TAU
+                        q = -(b * b) / aa
+                        if q <= best:
+                            best = q
+                            j = t
+        gap = gmax - gmin
+        if i < 0 or j < 0 or gap <= eps:
+            if m < n:
+                # reactivate everything and re-check on all variables
+                _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+                stats[3] += 1
+                m = n
+                perm[:] = np.arange(n)
+                epoch[0] += 1
+                counter = 2  # re-check on all variables first, then shrink again
+                continue
+            status = OK
+            break
+        Kj = _row(j, kp, perm, m, False, stats)
+        # Ki may have been evicted by Kj's fetch only if the cache held one row; the
+        # cache always holds two, and i was used last
         yi = y[i]
         yj = y[j]
-        quad = diag[i] + diag[j] - 2.0 * Ki[j]
+        quad = di + diag[j] - 2.0 * Ki[j]
         if quad <= 0.0:
             quad = TAU
-        # move a_i by +yi*s, a_j by -yj*s (keeps y^T a), s >= 0 increases -yi G_i - (-yj G_j)
-        s = (-yi * G[i] + yj * G[j]) / quad
-        # bounds on s from the boxes
+        # move a_i by +yi*s, a_j by -yj*s (keeps y^T a); s >= 0 lowers the objective
+        s = (mg[i] - mg[j]) / quad
         if yi > 0:
             s = min(s, hi[i] - a[i])
         else:
@@ -178,11 +375,12 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats):
         else:
             s = min(s, hi[j] - a[j])
         if s <= 0.0:
-            return OK, it, gap
-        dai = yi * s
-        daj = -yj * s
-        a[i] += dai
-        a[j] += daj
+            status = OK
+            break
+        ai_old = a[i]
+        aj_old = a[j]
+        a[i] += yi * s
+        a[j] -= yj * s
         # clean tiny drift onto the bounds
         if abs(a[i] - hi[i]) < 1e-15 * max(1.0, abs(hi[i])):
             a[i] = hi[i]
@@ -192,24 +390,67 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats):
             a[j] = hi[j]
         if abs(a[j] - lo[j]) < 1e-15 * max(1.0, abs(lo[j])):
             a[j] = lo[j]
-        for t in range(n):
-            G[t] += y[t] * (yi * Ki[t] * dai + yj * Kj[t] * daj)
+        _flags(y, a, lo, hi, i, up, low)
+        _flags(y, a, lo, hi, j, up, low)
+        if shrunk[i]:
+            shrunk[i] = False
+            stats[4] += 1
+        if shrunk[j]:
+            shrunk[j] = False
+            stats[4] += 1
+        ci = yi * (a[i] - ai_old)
+        cj = yj * (a[j] - aj_old)
+        # gradient update on the active set, fused with the next choice of i
+        gmax = -np.inf
+        i_next = -1
+        for c in range(m):
+            t = perm[c]
+            v = mg[t] - (ci * Ki[t] + cj * Kj[t])
+            mg[t] = v
+            if up[t] and v > gmax:
+                gmax = v
+                i_next = t
+        if shrinking:
+            _update_bar(kp, y, a, lo, hi, i, ai_old, mgbar, perm, m, stats)
+            _update_bar(kp, y, a, lo, hi, j, aj_old, mgbar, perm, m, stats)
+        i = i_next
+        have_i = True
         it += 1
-    return MAX_ITER, it, gap
+    if m < n:
+        _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+        stats[3] += 1
+    for t in range(n):
+        G[t] = -y[t] * mg[t]
+    return status, it, gap
 
 
 @njit(cache=True, nogil=True)
 def gradient(kp, y, p, a, stats):
-    """G = Q a - p, computed from the kernel rows of the non-zero a_i."""
+    """G = Q a - p, computed from the full kernel rows of the non-zero a_i."""
     n = y.shape[0]
+    cols = np.arange(n)
     G = -p.copy()
     for i in range(n):
         if a[i] != 0.0:
-            Ki = _get_row(i, kp, stats)
+            Ki = _row(i, kp, cols, n, True, stats)
             c = y[i] * a[i]
             for t in range(n):
                 G[t] += y[t] * Ki[t] * c
     return G
+
+
+@njit(cache=True, nogil=True)
+def gradient_update(kp, y, G, da, stats):
+    """G += Q da, from the full kernel rows of the non-zero da_i (a warm start whose
+    duals moved on a few variables only)."""
+    n = y.shape[0]
+    cols = np.arange(n)
+    for i in range(n):
+        if da[i] != 0.0:
+            Ki = _row(i, kp, cols, n, True, stats)
+            c = y[i] * da[i]
+            for t in range(n):
+                G[t] += y[t] * Ki[t] * c
 
 
 @njit(cache=True, nogil=True)

@@ -31,6 +31,10 @@ class SMOResult:
     converged: bool
     cache_hits: int
     cache_misses: int
+    gradient: np.ndarray  # G = Q alpha - p at the solution
+    n_shrunk: int = 0  # variables set aside by shrinking (counted each time)
+    n_reconstructions: int = 0  # gradient reconstructions (unshrinking)
+    n_reentered: int = 0  # set-aside variables that moved again after reactivation
 
     @property
     def cache_hit_rate(self) -> float:
@@ -107,6 +111,9 @@ class KernelProblem:
         self.row_of = np.full(slots, -1, np.int64)
         self.last_used = np.zeros(slots, np.int64)
         self.clock = np.zeros(1, np.int64)
+        self.slot_full = np.zeros(slots, np.int8)
+        self.slot_epoch = np.zeros(slots, np.int64)
+        self.epoch = np.zeros(1, np.int64)
         self.diag = K.diag_kernel(
             self.sq, self.kind, self.gamma, self.coef0, self.degree
         )
@@ -130,6 +137,9 @@ class KernelProblem:
             self.row_of,
             self.last_used,
             self.clock,
+            self.slot_full,
+            self.slot_epoch,
+            self.epoch,
         )
 
     def gradient(self, y, p, a, stats):
@@ -144,11 +154,16 @@ class KernelProblem:
         delta: float = 0.0,
         *,
         alpha0=None,
+        Qa0=None,
         eps: float = 1e-3,
         max_iter: int = 1_000_000,
+        shrinking: bool = True,
     ) -> SMOResult:
         """Solve the QP; ``alpha0`` warm-starts (it is projected onto the boxes and the
-        equality constraint first)."""
+        equality constraint first). ``Qa0 = Q alpha0`` (a previous result's
+        ``gradient + p``) spares recomputing the gradient: only the duals the projection
+        moved cost a kernel row. ``shrinking`` sets aside variables that cannot be
+        selected soon (libsvm's heuristic); the solution meets the same stopping rule."""
         y = np.asarray(y, dtype=np.float64)
         p = np.asarray(p, dtype=np.float64)
         lo = np.asarray(lo, dtype=np.float64)
@@ -156,11 +171,21 @@ class KernelProblem:
         if np.any(lo > hi):
             raise ValueError("every box must have lo <= hi")
         a = feasible_point(y, lo, hi, delta, alpha0)
-        stats = np.zeros(2, np.int64)
-        G = self.gradient(y, p, a, stats)
+        stats = np.zeros(5, np.int64)
+        if Qa0 is not None and alpha0 is not None:
+            G = np.array(Qa0, dtype=np.float64)
+            if G.shape != a.shape:
+                raise ValueError(f"Qa0 has shape {G.shape}, expected {a.shape}")
+            K.gradient_update(
+                self._kp(), y, G, a - np.asarray(alpha0, dtype=np.float64), stats
+            )
+            G -= p
+        else:
+            G = self.gradient(y, p, a, stats)
         status, it, gap = K.smo_solve(
-            self._kp(), y, p, lo, hi, a, G, self.diag, eps, max_iter, stats
-        )
+            self._kp(), y, p, lo, hi, a, G, self.diag, eps, max_iter, stats,
+            bool(shrinking),
+        )  # fmt: skip
         converged = status == K.OK
         if not converged:
             warnings.warn(
@@ -180,6 +205,10 @@ class KernelProblem:
             converged=converged,
             cache_hits=int(stats[0]),
             cache_misses=int(stats[1]),
+            gradient=G,
+            n_shrunk=int(stats[2]),
+            n_reconstructions=int(stats[3]),
+            n_reentered=int(stats[4]),
         )
 
     def decision(self, alpha, y, b, X) -> np.ndarray:
@@ -255,7 +284,10 @@ def feasible_point(y, lo, hi, delta, alpha0=None) -> np.ndarray:
             step = min(room[t], abs(r))
             if step <= 0:
                 break
-            a[t] += np.sign(r) * y[t] * step
+            if step == room[t]:  # onto the bound exactly (a sum can miss it by an ulp)
+                a[t] = hi[t] if np.sign(r) * y[t] > 0 else lo[t]
+            else:
+                a[t] += np.sign(r) * y[t] * step
             r -= np.sign(r) * step
         if abs(r) > 1e-9 * max(1.0, abs(delta)):
             raise ValueError(
