@@ -96,12 +96,16 @@ class _KernelSVCBase(RateClassifierMixin, BaseEstimator):
     def decision_function(self, X) -> np.ndarray:
         check_is_fitted(self, "dual_coef_")
         X = validate_data(self, X, accept_sparse="csr", reset=False, dtype=np.float64)
+        return self._kernel_part(X) + self.intercept_[0]
+
+    def _kernel_part(self, X) -> np.ndarray:
+        """sum_i dual_coef_i K(sv_i, x): the decision without the intercept."""
         if len(self.support_) == 0:
-            return np.full(X.shape[0], self.intercept_[0])
+            return np.zeros(X.shape[0])
         Kx = cross_kernel(
             self.support_vectors_, X, self.kernel, self.gamma_, self.coef0, self.degree
         )
-        return self.dual_coef_.ravel() @ Kx + self.intercept_[0]
+        return self.dual_coef_.ravel() @ Kx
 
 
 class CostSensitiveSVC(_KernelSVCBase):
@@ -343,7 +347,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
             held = np.zeros(len(yy), bool)
             held[rng.choice(neg, m, replace=False)] = True
             self._fit_np(X[~held], yy[~held])
-            raw = self.decision_function(X[held]) - self.intercept_[0]
+            # the decision without its intercept, computed as decision_function
+            # does, so that moving the intercept moves every score by exactly it
+            raw = self._kernel_part(X[held])
             if self.calibrate == "quantile":
                 t = np_quantile_threshold(raw, self.rho)
             else:
@@ -363,7 +369,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.C_ = float(len(yy)) if self.C == "auto" else float(self.C)
         lam = self.C_ * n_neg / n_pos  # C+ = C- at the start (Alg. 3)
         beta = np.zeros_like(yy)
-        alpha = None
+        alpha = Qa = None
         p = np.full_like(yy, self.eta)
         self.history_ = []
         converged = False
@@ -388,11 +394,13 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     hi,
                     0.0,
                     alpha0=alpha,
+                    Qa0=Qa,
                     eps=self.tol,
                     max_iter=self.smo_max_iter,
                 )
                 alpha, b = res.alpha, res.b
-                f, fnorm2 = self._train_scores(prob, alpha, yy, b)
+                Qa = res.gradient + p  # Q alpha, kept for the next warm start
+                f, fnorm2 = yy * Qa + b, float(alpha @ Qa)
                 dc_obj.append(0.5 * fnorm2 + self._dc_objective(f, yy, C))
                 new_beta = (yy * f < -self.eta).astype(float)
                 changed = int((new_beta != beta).sum())
@@ -450,12 +458,6 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.n_iter_ = len(self.history_)
         self.converged_ = converged
         self._keep(X, yy, alpha, b)
-
-    def _train_scores(self, prob, alpha, y, b):
-        """(f on the training points, ||f||^2 = a^T Q a), from the cached kernel rows."""
-        stats = np.zeros(2, np.int64)
-        G = prob.gradient(y, np.zeros_like(y), alpha, stats)  # G = Q a
-        return y * G + b, float(alpha @ G)
 
 
 class _MultiplierSearch:
