@@ -85,49 +85,77 @@ def _row(i, kp, cols, m, full, stats):
 
     ``kp`` bundles the inputs and the cache: (Xd, indptr, indices, data, sparse, sq,
     kind, gamma, coef0, degree, work, cache, slot_of, row_of, last_used, clock,
-    slot_full, slot_epoch, epoch). A slot holds a full row, or a partial one computed on
-    the active set of epoch ``slot_epoch``; the epoch advances whenever the active set
-    grows (a solve starts, the gradient is reconstructed), so within one epoch the
-    active set only shrinks and a partial row of the current epoch stays valid."""
-    cache, slot_of, row_of, last_used, clock, slot_full, slot_epoch, epoch = kp[11:]
+    slot_full, slot_time, act_time, last_react, colbuf). A slot holds a full row, or a
+    partial one: at time ``slot_time`` (a tick of ``clock``) it held every column then
+    active. A column reactivated later (``act_time``, stamped by :func:`_reactivate`;
+    ``last_react`` is the latest such stamp) is computed when the row is next used, so
+    partial rows stay useful across reconstructions and across solves, as libsvm's
+    rows keep their computed prefix."""
+    cache, slot_of, row_of, last_used, clock = kp[11:16]
+    slot_full, slot_time, act_time, last_react, colbuf = kp[16:]
     n = cols.shape[0]
     clock[0] += 1
+    now = clock[0]
     s = slot_of[i]
     if s >= 0:
-        last_used[s] = clock[0]
-        if slot_full[s]:
+        last_used[s] = now
+        row = cache[s]
+        if slot_full[s] or (not full and slot_time[s] > last_react[0]):
             stats[0] += 1
-            return cache[s]
-        if slot_epoch[s] == epoch[0]:
-            if not full:
-                stats[0] += 1
-                return cache[s]
-            stats[1] += 1  # extend to the inactive columns
-            _fill_cols(kp, i, cols, m, n, cache[s])
+            return row
+        stats[1] += 1
+        # active columns reactivated since the row was last completed
+        t0 = slot_time[s]
+        if t0 < last_react[0]:
+            k = 0
+            for c in range(m):
+                if act_time[cols[c]] > t0:
+                    colbuf[k] = cols[c]
+                    k += 1
+            _fill_cols(kp, i, colbuf, 0, k, row)
+        if full or m == n:
+            _fill_cols(kp, i, cols, m, n, row)
             slot_full[s] = 1
-            return cache[s]
-    else:
-        s = 0
-        best = last_used[0]
-        for k in range(1, last_used.shape[0]):
-            if last_used[k] < best:
-                best = last_used[k]
-                s = k
-        old = row_of[s]
-        if old >= 0:
-            slot_of[old] = -1
-        row_of[s] = i
-        slot_of[i] = s
-        last_used[s] = clock[0]
+        slot_time[s] = now
+        return row
+    s = 0
+    best = last_used[0]
+    for k in range(1, last_used.shape[0]):
+        if last_used[k] < best:
+            best = last_used[k]
+            s = k
+    old = row_of[s]
+    if old >= 0:
+        slot_of[old] = -1
+    row_of[s] = i
+    slot_of[i] = s
+    last_used[s] = now
     stats[1] += 1
+    row = cache[s]
     if full or m == n:
-        _fill_cols(kp, i, cols, 0, n, cache[s])
+        _fill_cols(kp, i, cols, 0, n, row)
         slot_full[s] = 1
     else:
-        _fill_cols(kp, i, cols, 0, m, cache[s])
+        _fill_cols(kp, i, cols, 0, m, row)
         slot_full[s] = 0
-        slot_epoch[s] = epoch[0]
-    return cache[s]
+    slot_time[s] = now
+    return row
+
+
+@njit(cache=True, nogil=True)
+def _reactivate(kp, perm, m):
+    """Make every variable active again, stamping the reactivated ones (their entries
+    in partial cached rows are missing); returns the new active size n."""
+    clock, act_time, last_react = kp[15], kp[18], kp[19]
+    n = perm.shape[0]
+    if m < n:
+        clock[0] += 1
+        for c in range(m, n):
+            act_time[perm[c]] = clock[0]
+        last_react[0] = clock[0]
+    for c in range(n):
+        perm[c] = c
+    return n
 
 
 @njit(cache=True, nogil=True)
@@ -163,9 +191,10 @@ def _update_bar(kp, y, a, lo, hi, u, old, mgbar, perm, m, stats):
 
 
 @njit(cache=True, nogil=True)
-def _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
-    """-y G on the inactive variables perm[m:], from G_bar and the free variables
-    (which are all active: a shrunk variable sits at a bound or is not movable)."""
+def _reconstruct_bar(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
+    """-y G on the inactive variables perm[m:], from G_bar (the share of the variables
+    at a bound, kept up to date) and the free variables, which are all active (a
+    shrunk variable sits at a bound or cannot move): libsvm's reconstruction."""
     n = y.shape[0]
     if m == n:
         return
@@ -200,6 +229,42 @@ def _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
                 for d in range(m, n):
                     t = perm[d]
                     mg[t] -= cu * Ku[t]
+
+
+@njit(cache=True, nogil=True)
+def _reconstruct_moved(kp, y, a, a_ref, mg, mg_ref, perm, m, stats):
+    """-y G on the inactive variables perm[m:], from its value when every gradient was
+    last exact (``mg_ref`` at the duals ``a_ref``: the solve's start or the previous
+    reconstruction) and the duals that moved since: a shrunk variable's gradient missed
+    exactly those updates. A warm start that moves few duals pays for few rows (libsvm's
+    G_bar instead needs a row of every variable at a non-zero bound). Afterwards the
+    reference is this point."""
+    n = y.shape[0]
+    for c in range(m, n):
+        t = perm[c]
+        mg[t] = mg_ref[t]
+    if m < n:
+        for u in range(n):
+            du = a[u] - a_ref[u]
+            if du != 0.0:
+                Ku = _row(u, kp, perm, m, True, stats)
+                cu = y[u] * du
+                for c in range(m, n):
+                    t = perm[c]
+                    mg[t] -= cu * Ku[t]
+    for t in range(n):
+        mg_ref[t] = mg[t]
+        a_ref[t] = a[t]
+
+
+@njit(cache=True, nogil=True)
+def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
+    """The inactive gradients, by G_bar (``aux`` = -y G_bar) or from the duals moved
+    since the reference point (``aux`` = -y G there, at ``a_ref``)."""
+    if use_bar:
+        _reconstruct_bar(kp, y, p, a, lo, hi, mg, aux, perm, m, stats)
+    else:
+        _reconstruct_moved(kp, y, a, a_ref, mg, aux, perm, m, stats)
 
 
 @njit(cache=True, nogil=True)
@@ -244,19 +309,18 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
     With ``shrinking`` (libsvm's heuristic, Chang and Lin 2011, sec. 5.1): every
     min(n, 1000) iterations the variables that cannot be selected soon are set aside,
     selection and gradient updates run over the active ones only and kernel rows are
-    computed on the active columns; G_bar (the gradient's share from variables at a
-    bound) is kept so that the inactive gradients can be reconstructed from the free
-    variables alone. The first time the gap falls below 10 eps every variable is
-    reactivated once, and before stopping the whole gradient is reconstructed and the
-    stopping rule re-checked on all variables.
+    computed on the active columns; the inactive gradients are reconstructed (G_bar
+    after a cold start, else from the duals moved since they were last exact). The first time
+    the gap falls below 10 eps every variable is reactivated once, and before stopping
+    the whole gradient is reconstructed and the stopping rule re-checked on all
+    variables.
 
     Returns (status, iterations, gap). ``stats`` accumulates [cache hits, misses,
-    variables shrunk, gradient reconstructions, shrunk variables that moved again].
+    variables shrunk, gradient reconstructions, shrunk variables that moved again] and
+    sets stats[5] to 1 when G_bar is kept.
     """
     n = y.shape[0]
-    epoch = kp[18]
-    epoch[0] += 1  # a new active set: partial rows of earlier solves are stale
-    perm = np.arange(n)
+    perm = np.arange(n)  # every variable is active between solves
     m = n
     mg = np.empty(n)  # -y G
     up = np.empty(n, np.bool_)
@@ -264,17 +328,21 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
     for t in range(n):
         mg[t] = -y[t] * G[t]
         _flags(y, a, lo, hi, t, up, low)
-    mgbar = np.zeros(n)
     shrunk = np.zeros(n, np.bool_)
     scratch = np.empty(n, np.int64)
-    if shrinking:
-        for u in range(n):
-            bu = _bounded_part(a, lo, hi, u)
-            if bu != 0.0:
-                Ku = _row(u, kp, perm, m, True, stats)
-                cu = y[u] * bu
-                for t in range(n):
-                    mgbar[t] -= cu * Ku[t]
+    # How set-aside gradients are rebuilt: a start with no dual at a non-zero bound (a
+    # cold start) keeps libsvm's G_bar, which then costs nothing up front and leaves
+    # only the free variables to reconstruct; a warm start would pay a full kernel row
+    # for every variable at a non-zero bound (at small C nearly all of them, each solve
+    # of the NP-SVM), so it rebuilds from the duals moved since the last exact point.
+    use_bar = shrinking
+    for t in range(n):
+        if _bounded_part(a, lo, hi, t) != 0.0:
+            use_bar = False
+            break
+    aux = np.zeros(n) if use_bar else mg.copy()
+    stats[5] = 1 if use_bar else 0
+    a_ref = a.copy()
     period = min(n, 1000)
     counter = period
     unshrunk = False
@@ -300,12 +368,12 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
                             gmn = mg[t]
                     if gmx - gmn <= 10.0 * eps:
                         unshrunk = True
-                        _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+                        _reconstruct(
+                            kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats
+                        )
                         if m < n:
                             stats[3] += 1
-                            m = n
-                            perm[:] = np.arange(n)
-                            epoch[0] += 1
+                            m = _reactivate(kp, perm, m)
                 m0 = m
                 m = _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch)
                 stats[2] += m0 - m
@@ -347,11 +415,11 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
         if i < 0 or j < 0 or gap <= eps:
             if m < n:
                 # reactivate everything and re-check on all variables
-                _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+                _reconstruct(
+                    kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats
+                )
                 stats[3] += 1
-                m = n
-                perm[:] = np.arange(n)
-                epoch[0] += 1
+                m = _reactivate(kp, perm, m)
                 counter = 2  # re-check on all variables first, then shrink again
                 continue
             status = OK
@@ -398,6 +466,9 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
         if shrunk[j]:
             shrunk[j] = False
             stats[4] += 1
+        if use_bar:
+            _update_bar(kp, y, a, lo, hi, i, ai_old, aux, perm, m, stats)
+            _update_bar(kp, y, a, lo, hi, j, aj_old, aux, perm, m, stats)
         ci = yi * (a[i] - ai_old)
         cj = yj * (a[j] - aj_old)
         # gradient update on the active set, fused with the next choice of i
@@ -410,15 +481,13 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
             if up[t] and v > gmax:
                 gmax = v
                 i_next = t
-        if shrinking:
-            _update_bar(kp, y, a, lo, hi, i, ai_old, mgbar, perm, m, stats)
-            _update_bar(kp, y, a, lo, hi, j, aj_old, mgbar, perm, m, stats)
         i = i_next
         have_i = True
         it += 1
     if m < n:
-        _reconstruct(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats)
+        _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats)
         stats[3] += 1
+        m = _reactivate(kp, perm, m)
     for t in range(n):
         G[t] = -y[t] * mg[t]
     return status, it, gap

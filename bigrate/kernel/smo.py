@@ -35,6 +35,7 @@ class SMOResult:
     n_shrunk: int = 0  # variables set aside by shrinking (counted each time)
     n_reconstructions: int = 0  # gradient reconstructions (unshrinking)
     n_reentered: int = 0  # set-aside variables that moved again after reactivation
+    g_bar: bool = False  # set-aside gradients rebuilt by libsvm's G_bar (cold starts)
 
     @property
     def cache_hit_rate(self) -> float:
@@ -112,8 +113,10 @@ class KernelProblem:
         self.last_used = np.zeros(slots, np.int64)
         self.clock = np.zeros(1, np.int64)
         self.slot_full = np.zeros(slots, np.int8)
-        self.slot_epoch = np.zeros(slots, np.int64)
-        self.epoch = np.zeros(1, np.int64)
+        self.slot_time = np.zeros(slots, np.int64)
+        self.act_time = np.zeros(n, np.int64)
+        self.last_react = np.zeros(1, np.int64)
+        self.colbuf = np.empty(n, np.int64)
         self.diag = K.diag_kernel(
             self.sq, self.kind, self.gamma, self.coef0, self.degree
         )
@@ -138,8 +141,10 @@ class KernelProblem:
             self.last_used,
             self.clock,
             self.slot_full,
-            self.slot_epoch,
-            self.epoch,
+            self.slot_time,
+            self.act_time,
+            self.last_react,
+            self.colbuf,
         )
 
     def gradient(self, y, p, a, stats):
@@ -171,7 +176,7 @@ class KernelProblem:
         if np.any(lo > hi):
             raise ValueError("every box must have lo <= hi")
         a = feasible_point(y, lo, hi, delta, alpha0)
-        stats = np.zeros(5, np.int64)
+        stats = np.zeros(6, np.int64)
         if Qa0 is not None and alpha0 is not None:
             G = np.array(Qa0, dtype=np.float64)
             if G.shape != a.shape:
@@ -209,6 +214,7 @@ class KernelProblem:
             n_shrunk=int(stats[2]),
             n_reconstructions=int(stats[3]),
             n_reentered=int(stats[4]),
+            g_bar=bool(stats[5]),
         )
 
     def decision(self, alpha, y, b, X) -> np.ndarray:
