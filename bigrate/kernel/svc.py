@@ -471,6 +471,8 @@ class _MultiplierSearch:
         self.run = 0  # consecutive steps on the same side before a bracket exists
         self.final = False  # the bracket closed: the last solve is at its feasible end
         self.last_side = None  # side of the band of the previous bracketed step
+        self.same_side = 0  # bracketed steps in a row on that side
+        self.rechecked = False  # the far end was measured again in this bracket
         self.exhausted = False  # expanded as far as allowed without finding the band
 
     def reopen(self) -> None:
@@ -478,6 +480,8 @@ class _MultiplierSearch:
         and go on searching."""
         self.final = False
         self.hi = None
+        self.run = 0
+        self.rechecked = False
 
     def next(self, lam: float, pfa: float, settled: bool) -> float:
         above = pfa > self.rho + self.eps + 1e-12
@@ -487,11 +491,15 @@ class _MultiplierSearch:
         if below and (self.hi is None or lam <= self.hi[0]):
             self.hi = (lam, pfa)
         if self.lo is not None and self.hi is not None and self.lo[0] >= self.hi[0]:
-            # contradictory (the DC iterates moved): keep the newest side only
+            # contradictory (the DC iterates moved): keep the newest side only and
+            # expand from it in small steps again
             if above:
                 self.hi = None
             else:
                 self.lo = None
+            self.run = 0
+            self.last_side, self.same_side = None, 0
+            self.rechecked = False
         if not (above or below):  # inside the band: wait for beta to settle
             return lam
         if self.lo is None or self.hi is None:  # expand towards the band
@@ -507,13 +515,19 @@ class _MultiplierSearch:
             return l1
         a, b = np.log(l0), np.log(l1)
         side = "above" if above else "below"
-        if (
-            side == self.last_side
-        ):  # the secant stalls on one side (e.g. a jump): bisect
+        self.same_side = self.same_side + 1 if side == self.last_side else 1
+        self.last_side = side
+        if self.same_side == 3 and not self.rechecked:
+            # three steps in a row on one side: the other end was measured on earlier
+            # DC iterates and may no longer hold; measure it again, once a bracket (if
+            # it moved to this side, the bracket is dropped and the search expands from
+            # there; if not, a true jump, bisection goes on)
+            self.rechecked = True
+            return float(l1 if above else l0)
+        if self.same_side > 1:  # the secant stalls on one side (e.g. a jump): bisect
             x = 0.5 * (a + b)
         else:
             g0, g1 = p0 - self.rho, p1 - self.rho  # > 0 and < 0
             x = a + (b - a) * g0 / (g0 - g1)  # secant in log lambda
             x = min(max(x, a + 0.1 * (b - a)), b - 0.1 * (b - a))
-        self.last_side = side
         return float(np.exp(x))
