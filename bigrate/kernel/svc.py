@@ -26,11 +26,13 @@ lambda <- lambda (1 + nu (Pfa - rho)), which keeps lambda > 0 (Alg. 1 and 3).
 
 from __future__ import annotations
 
+import hashlib
 import time
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -224,6 +226,14 @@ class NeymanPearsonSVC(_KernelSVCBase):
         at least log(delta) / log(1 - rho) held-out negatives: 59 at rho 0.05).
     calibration_fraction : float in (0, 1), default 0.3
     delta : float in (0, 1), default 0.05
+    warm_start : bool, default False
+        When refitted on the same data (same rows, labels and kernel) after a change of
+        ``C`` (or ``rho``), start from the previous fit: its duals and multiplier scaled
+        by the ratio of the C values, its beta, and its kernel-row cache; as
+        scikit-learn's ``warm_start``. A sweep along C (:class:`NPSearchCV` with
+        ``warm_start=True``) then pays the kernel rows once. The DC problem is not
+        convex: a warm start may end at another local solution than a cold one. Keeps
+        the kernel cache (up to ``cache_mb``) alive with the fitted estimator.
 
     Attributes
     ----------
@@ -265,6 +275,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         "calibrate": [StrOptions({"quantile", "umbrella"}), None],
         "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
+        "warm_start": ["boolean"],
         "random_state": ["random_state"],
     }
 
@@ -290,6 +301,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         calibration_fraction=0.3,
         delta=0.05,
         random_state=None,
+        warm_start=False,
     ):
         self.rho = rho
         self.C = C
@@ -310,6 +322,23 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.calibration_fraction = calibration_fraction
         self.delta = delta
         self.random_state = random_state
+        self.warm_start = warm_start
+
+    def _warm_state(self, X, yy):
+        """The previous fit's state if it can start this one: same rows, labels and
+        kernel (a digest of the arrays; the kernel-row cache is only valid for them)."""
+        h = hashlib.sha256()
+        for arr in ((X.indptr, X.indices, X.data) if sp.issparse(X) else (X,)) + (
+            yy,
+            np.array([self.gamma_, self.coef0, self.degree]),
+        ):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(f"{self.kernel} {X.shape}".encode())
+        key = h.hexdigest()
+        prev = getattr(self, "_warm", None)
+        if self.warm_start and prev is not None and prev["key"] == key:
+            return key, prev
+        return key, None
 
     def _costs(self, y, lam, n_pos, n_neg):
         return np.where(y > 0, self.C_ / n_pos, lam / n_neg)
@@ -365,11 +394,22 @@ class NeymanPearsonSVC(_KernelSVCBase):
 
     def _fit_np(self, X, yy):
         n_pos, n_neg = int((yy > 0).sum()), int((yy < 0).sum())
-        prob = self._problem(X)
+        self.gamma_ = resolve_gamma(self.gamma, X)
+        key, warm = self._warm_state(X, yy)
         self.C_ = float(len(yy)) if self.C == "auto" else float(self.C)
-        lam = self.C_ * n_neg / n_pos  # C+ = C- at the start (Alg. 3)
-        beta = np.zeros_like(yy)
-        alpha = Qa = None
+        if warm is None:
+            self._warm = None  # a cold fit frees an earlier cache first
+            prob = self._problem(X)
+            lam = self.C_ * n_neg / n_pos  # C+ = C- at the start (Alg. 3)
+            beta = np.zeros_like(yy)
+            alpha = Qa = None
+        else:  # the previous fit's solution, scaled to this C (boxes scale with C)
+            prob = warm["prob"]
+            r = self.C_ / warm["C"]
+            lam = warm["lam"] * r
+            beta = warm["beta"].copy()
+            alpha, Qa = warm["alpha"] * r, warm["Qa"] * r
+        self.warm_started_ = warm is not None
         p = np.full_like(yy, self.eta)
         self.history_ = []
         converged = False
@@ -458,6 +498,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.n_iter_ = len(self.history_)
         self.converged_ = converged
         self._keep(X, yy, alpha, b)
+        if self.warm_start:
+            self._warm = {"key": key, "prob": prob, "C": self.C_, "lam": lam,
+                          "beta": beta, "alpha": alpha, "Qa": Qa}  # fmt: skip
+        else:
+            self._warm = None
 
 
 class _MultiplierSearch:

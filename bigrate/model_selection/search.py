@@ -19,7 +19,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.engines import open_engine
-from bigrate.model_selection.sweep import cv_splits, fit_fold, run_sweep, select_best
+from bigrate.model_selection.sweep import (
+    cv_splits,
+    fit_fold,
+    fit_fold_path,
+    run_sweep,
+    select_best,
+)
 from bigrate.rundir import MemoryStore, RunDir
 
 
@@ -45,6 +51,12 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
     refit : bool, default True
     random_state : int, default 0
         Seed of the folds.
+    warm_start : bool, default False
+        Grid points that differ only in ``C`` run as one task per fold, in increasing
+        C, each fit warm-started from the previous one (its duals, multiplier and kernel
+        cache: the estimator's own ``warm_start``, e.g. :class:`NeymanPearsonSVC`).
+        Fewer, longer tasks; a non-convex fit may end at another local solution than
+        from a cold start.
 
     Attributes
     ----------
@@ -81,6 +93,7 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
         refit=True,
         random_state=0,
         progress=True,
+        warm_start=False,
     ):
         self.estimator = estimator
         self.param_grid = param_grid
@@ -93,6 +106,7 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
         self.refit = refit
         self.random_state = random_state
         self.progress = progress
+        self.warm_start = warm_start
 
     def _splits(self, X, y):
         return cv_splits(self.cv, y, self.random_state)
@@ -114,6 +128,7 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
         )
         binary_classes(self, y)
         splits = self._splits(X, y)
+        chains = self._chains(base, points)
         store = self._store(points, rho)
         params0 = base.get_params(deep=False)
         try:
@@ -129,9 +144,15 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
                     return (type(base), {**params0, **points[i]}, handle,
                             splits[k][0], splits[k][1], {"rho": rho})  # fmt: skip
 
+                def chain_args(ps, k):
+                    *_, handle_, tr, te, target = task_args(ps[0], k)
+                    return (type(base), [{**params0, **points[i]} for i in ps],
+                            handle_, tr, te, target)  # fmt: skip
+
                 table = run_sweep(
                     eng, store, points, len(splits), fit_fold, task_args,
-                    select="J_val", progress=self.progress,
+                    select="J_val", progress=self.progress, chains=chains,
+                    chain_task=fit_fold_path, chain_args=chain_args,
                 )  # fmt: skip
             self._collect(table, store.results(), points)
         finally:
@@ -141,6 +162,27 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
             self.classes_ = self.best_estimator_.classes_
         self.run_dir_ = None if store.path is None else str(store.path)
         return self
+
+    def _chains(self, base, points):
+        """With ``warm_start``: the points grouped by everything but C, each group in
+        increasing C (None without it)."""
+        if not self.warm_start:
+            return None
+        if "warm_start" not in base.get_params():
+            raise ValueError(
+                f"warm_start=True needs an estimator with a warm_start parameter "
+                f"(e.g. NeymanPearsonSVC); {type(base).__name__} has none"
+            )
+        groups: dict = {}
+        for i, p in enumerate(points):
+            key = tuple(sorted((k, repr(v)) for k, v in p.items() if k != "C"))
+            groups.setdefault(key, []).append(i)
+
+        def c_of(i):
+            c = points[i].get("C", base.get_params().get("C"))
+            return (0, 0.0) if c is None or isinstance(c, str) else (1, float(c))
+
+        return [sorted(g, key=c_of) for g in groups.values()]
 
     def _store(self, points, rho):
         if self.run_dir is None:

@@ -13,6 +13,7 @@ engine handle or by dataset path), scored by the one evaluation routine
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "SELECT",
     "cv_splits",
     "fit_fold",
+    "fit_fold_path",
     "fit_val",
     "rank_points",
     "run_sweep",
@@ -99,6 +101,43 @@ def fit_fold(est_cls, params: dict, data, train_idx, test_idx, target: dict) -> 
     }
 
 
+def fit_fold_path(
+    est_cls, params_list: Sequence[dict], data, train_idx, test_idx, target: dict
+) -> list:
+    """One task for a chain of grid points on one fold (points that differ in one
+    parameter, in its increasing order): one estimator with ``warm_start=True``, refitted
+    for each point, so that each fit starts from the previous one's solution and kernel
+    cache. Returns, per point, :func:`fit_fold`'s record (plus ``warm_started``) or the
+    exception it raised; after a failure the chain goes on from a cold start."""
+    from bigrate.engines.base import TaskError
+
+    X, y = data
+    Xtr, ytr, Xte = X[train_idx], y[train_idx], X[test_idx]
+    est = None
+    out = []
+    for params in params_list:
+        t = time.perf_counter()
+        try:
+            params = {**params, "warm_start": True}
+            if est is None:
+                est = est_cls(**params)
+            else:
+                est.set_params(**params)
+            est.fit(Xtr, ytr)
+            yt = np.where(y[test_idx] == est.classes_[1], 1, -1)
+            out.append(
+                {
+                    "metrics": rate_metrics(yt, est.decision_function(Xte), **target),
+                    "seconds": time.perf_counter() - t,
+                    "warm_started": bool(getattr(est, "warm_started_", False)),
+                }
+            )
+        except Exception as e:  # recorded as that point's failure
+            out.append(TaskError(f"{type(e).__name__}: {e}", traceback.format_exc()))
+            est = None
+    return out
+
+
 def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:
     """One task: fit on the train split of the dataset at ``dataset_path`` (streamed
     where the task runs), score its val split."""
@@ -144,6 +183,9 @@ def run_sweep(
     progress: bool = True,
     after_task: Callable[[], None] | None = None,
     batch_seconds: float = 0.0,
+    chains: Sequence[Sequence[int]] | None = None,
+    chain_task: Callable | None = None,
+    chain_args: Callable[[list[int], int], tuple] | None = None,
 ) -> list[dict]:
     """Run every (point, fold) task not yet in ``store`` on ``engine`` and return the
     per-point summary (:func:`summarise`).
@@ -158,7 +200,13 @@ def run_sweep(
     task (scheduling, transfer) is paid per batch; results are recorded as each batch
     finishes. Off by default: on a 2-CPU machine with a local scheduler the waves' idle
     ends cost more than they save (BENCHMARKS, job layer); it is meant for clusters
-    whose per-task latency is high."""
+    whose per-task latency is high.
+
+    With ``chains`` (lists of point indices, together covering every point), the
+    unfinished points of one chain on one fold run as one engine task,
+    ``chain_task(*chain_args(points, fold))``, in the chain's order; it returns one
+    result (or exception) per point, recorded as if each had been its own task (a
+    resumed sweep runs only the unfinished rest of a chain)."""
     done = store.results()
     todo = [
         (p, k) for p in range(len(points)) for k in range(n_folds) if (p, k) not in done
@@ -173,37 +221,56 @@ def run_sweep(
     bar = Progress(
         "sweep", total=len(points) * n_folds, done=len(done), enabled=progress
     )
-    best = None
-    table_at = time.monotonic()
-    for wave, size in _waves(engine, todo, batch_seconds, store):
-        store.event("sweep_wave", tasks=len(wave), batch=size)
-        args = [task_args(p, k) for p, k in wave]
-        for i, res in engine.map_batched(task, args, size):
-            p, k = wave[i]
-            rec = {"point": p, "fold": k, "params": points[p]}
-            if isinstance(res, Exception):
-                rec.update(
-                    status="failed",
-                    error=str(res)[:2000],
-                    traceback=getattr(res, "tb", ""),
-                )
-                store.event("task_failed", point=p, fold=k, error=str(res)[:500])
-            else:
-                rec.update(status="ok", **res)
-                store.event("task_done", point=p, fold=k, seconds=res.get("seconds"))
-                value = res["metrics"].get(select)
-                if value is not None and (
-                    best is None
-                    or (value < best if SELECT[select] == "min" else value > best)
-                ):
-                    best = value
-            store.save_result(p, k, rec)  # the durable record of the task
-            if time.monotonic() - table_at >= 2.0:  # the derived table, now and then
-                store.write_results_table()
-                table_at = time.monotonic()
-            bar.update(1, f"best fold {select} {best:.4g}" if best is not None else "")
-            if after_task is not None:
-                after_task()
+    state = {"best": None, "table_at": time.monotonic()}
+
+    def record(p, k, res):
+        best = state["best"]
+        rec = {"point": p, "fold": k, "params": points[p]}
+        if isinstance(res, Exception):
+            rec.update(
+                status="failed",
+                error=str(res)[:2000],
+                traceback=getattr(res, "tb", ""),
+            )
+            store.event("task_failed", point=p, fold=k, error=str(res)[:500])
+        else:
+            rec.update(status="ok", **res)
+            store.event("task_done", point=p, fold=k, seconds=res.get("seconds"))
+            value = res["metrics"].get(select)
+            if value is not None and (
+                best is None
+                or (value < best if SELECT[select] == "min" else value > best)
+            ):
+                state["best"] = best = value
+        store.save_result(p, k, rec)  # the durable record of the task
+        if (
+            time.monotonic() - state["table_at"] >= 2.0
+        ):  # the derived table, now and then
+            store.write_results_table()
+            state["table_at"] = time.monotonic()
+        bar.update(1, f"best fold {select} {best:.4g}" if best is not None else "")
+        if after_task is not None:
+            after_task()
+
+    if chains is not None:
+        units = []
+        for k in range(n_folds):
+            for chain in chains:
+                left = [p for p in chain if (p, k) not in done]
+                if left:
+                    units.append((left, k))
+        store.event("sweep_wave", tasks=len(todo), chains=len(units))
+        args = [chain_args(left, k) for left, k in units]
+        for i, out in engine.map(chain_task, args):
+            left, k = units[i]
+            for j, p in enumerate(left):
+                record(p, k, out if isinstance(out, Exception) else out[j])
+    else:
+        for wave, size in _waves(engine, todo, batch_seconds, store):
+            store.event("sweep_wave", tasks=len(wave), batch=size)
+            args = [task_args(p, k) for p, k in wave]
+            for i, res in engine.map_batched(task, args, size):
+                record(*wave[i], res)
     if todo:
         store.write_results_table()
     bar.close()
