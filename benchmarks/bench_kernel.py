@@ -5,6 +5,7 @@
     python benchmarks/bench_kernel.py quality    # NP quality vs AC-SVM grid and umbrella
     python benchmarks/bench_kernel.py threshold  # NP-SVM vs SVC + threshold moved on val
     python benchmarks/bench_kernel.py npcost     # NP-SVM fit cost over C vs one libsvm fit
+    python benchmarks/bench_kernel.py sweep      # (C, gamma) sweep vs GridSearchCV(SVC) + threshold
     python benchmarks/bench_kernel.py scaling    # NPSearchCV fits per minute, Ray 1 vs 2 CPUs
     python benchmarks/bench_kernel.py all
 
@@ -501,6 +502,86 @@ def bench_npcost(out: Path, n: int = 6000) -> dict:
     return res
 
 
+def bench_sweep(out: Path, rho: float = 0.1) -> dict:
+    """A (C, gamma) sweep's wall time (issue: kernel fits at libsvm's speed, item 3):
+    NPSearchCV over NeymanPearsonSVC with and without warm starts along C, against
+    scikit-learn's GridSearchCV of SVC over the same grid (C per example = C / n+)
+    scored by J_val after moving the threshold to the validation fold's negatives'
+    (1 - rho) quantile; all in one process, 3 folds, on spambase's train + val split
+    (standardised), then each selected model's test Pfa / Pnd (the SVC's threshold
+    moved on the cross-validation negatives' out-of-fold scores)."""
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import SVC
+
+    from bigrate import NeymanPearsonSVC, NPSearchCV
+    from bigrate.metrics import rate_metrics
+
+    d = _shared("spambase", out)
+    X = np.vstack([d["train"][0], d["val"][0]])
+    y = np.concatenate([d["train"][1], d["val"][1]]).astype(int)
+    perm = np.random.default_rng(0).permutation(len(y))  # the file is sorted by class
+    X, y = X[perm], y[perm]
+    Xte, yte = d["test"]
+    n_pos_fold = int((y > 0).sum() * 2 / 3)
+    cs = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
+    gammas = [0.005, 0.02, 0.08]
+    res = {"n": len(y), "rho": rho, "grid": {"C_per_example": cs, "gamma": gammas},
+           "fits": len(cs) * len(gammas) * 3}  # fmt: skip
+    NeymanPearsonSVC(rho=rho).fit(X[:200], y[:200])  # compile once
+    grid = {"C": [c * n_pos_fold for c in cs], "gamma": gammas}
+    for warm in (False, True):
+        t = time.perf_counter()
+        s = NPSearchCV(NeymanPearsonSVC(), grid, rho=rho, cv=3, engine="local",
+                       progress=False, warm_start=warm, refit=False).fit(X, y)  # fmt: skip
+        sweep_s = time.perf_counter() - t
+        best = NeymanPearsonSVC(rho=rho, **s.best_params_).fit(X, y)
+        m = rate_metrics(np.where(yte > 0, 1, -1), best.decision_function(Xte), rho=rho)
+        res[f"npsvc_warm_{warm}"] = {
+            "sweep_s": sweep_s,
+            "best_params": {
+                "C_per_example": s.best_params_["C"] / n_pos_fold,
+                "gamma": s.best_params_["gamma"],
+            },  # fmt: skip
+            "cv_J_val": s.best_score_,
+            "test_pfa": m["pfa"],
+            "test_pnd": m["pnd"],
+        }
+        print("npsvc warm", warm, res[f"npsvc_warm_{warm}"], flush=True)
+
+    def j_val_shifted(est, Xv, yv):  # higher is better for GridSearchCV
+        f = est.decision_function(Xv)
+        t = np.quantile(f[yv < 0], 1 - rho)
+        return -rate_metrics(np.where(yv > 0, 1, -1), f - t, rho=rho)["J_val"]
+
+    folds = StratifiedKFold(3, shuffle=True, random_state=0)
+    t = time.perf_counter()
+    gs = GridSearchCV(SVC(cache_size=200), {"C": cs, "gamma": gammas},
+                      scoring=j_val_shifted, cv=folds, refit=False).fit(X, y)  # fmt: skip
+    sweep_s = time.perf_counter() - t
+    bp = gs.best_params_
+    oof = np.empty(len(y))  # the threshold from out-of-fold negatives' scores
+    for tr, va in folds.split(X, y):
+        oof[va] = SVC(**bp).fit(X[tr], y[tr]).decision_function(X[va])
+    thr = np.quantile(oof[y < 0], 1 - rho)
+    f = SVC(**bp).fit(X, y).decision_function(Xte) - thr
+    m = rate_metrics(np.where(yte > 0, 1, -1), f, rho=rho)
+    res["svc_threshold_gridsearch"] = {
+        "sweep_s": sweep_s,
+        "best_params": {"C_per_example": bp["C"], "gamma": bp["gamma"]},
+        "cv_J_val": -gs.best_score_,
+        "test_pfa": m["pfa"],
+        "test_pnd": m["pnd"],
+    }
+    print("svc+threshold", res["svc_threshold_gridsearch"], flush=True)
+    g = res["svc_threshold_gridsearch"]["sweep_s"]
+    for warm in (False, True):
+        res[f"npsvc_warm_{warm}"]["sweep_over_gridsearch"] = (
+            res[f"npsvc_warm_{warm}"]["sweep_s"] / g
+        )
+    _save(out, "sweep", res)
+    return res
+
+
 def bench_scaling(out: Path) -> dict:
     from bigrate import NeymanPearsonSVC, NPSearchCV
 
@@ -538,7 +619,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "what",
-        choices=["svc", "anneal", "quality", "threshold", "npcost", "scaling", "all"],
+        choices=[
+            "svc",
+            "anneal",
+            "quality",
+            "threshold",
+            "npcost",
+            "sweep",
+            "scaling",
+            "all",
+        ],  # fmt: skip
     )
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
@@ -552,6 +642,7 @@ def main() -> None:
             "quality": bench_quality,
             "threshold": bench_threshold,
             "npcost": bench_npcost,
+            "sweep": bench_sweep,
             "scaling": bench_scaling,
         }[w](out)
 
