@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.engines import open_engine
 from bigrate.model_selection.sweep import (
+    c_chains,
     cv_splits,
     fit_fold,
     fit_fold_path,
@@ -173,16 +174,7 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
                 f"warm_start=True needs an estimator with a warm_start parameter "
                 f"(e.g. NeymanPearsonSVC); {type(base).__name__} has none"
             )
-        groups: dict = {}
-        for i, p in enumerate(points):
-            key = tuple(sorted((k, repr(v)) for k, v in p.items() if k != "C"))
-            groups.setdefault(key, []).append(i)
-
-        def c_of(i):
-            c = points[i].get("C", base.get_params().get("C"))
-            return (0, 0.0) if c is None or isinstance(c, str) else (1, float(c))
-
-        return [sorted(g, key=c_of) for g in groups.values()]
+        return c_chains(points, base.get_params().get("C"))
 
     def _store(self, points, rho):
         if self.run_dir is None:

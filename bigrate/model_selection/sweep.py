@@ -29,6 +29,7 @@ __all__ = [
     "cv_splits",
     "fit_fold",
     "fit_fold_path",
+    "c_chains",
     "fit_val",
     "rank_points",
     "run_sweep",
@@ -136,6 +137,22 @@ def fit_fold_path(
             out.append(TaskError(f"{type(e).__name__}: {e}", traceback.format_exc()))
             est = None
     return out
+
+
+def c_chains(points: Sequence[dict], default_c=None) -> list[list[int]]:
+    """The indices of ``points`` grouped by every parameter but ``C``, each group in
+    increasing C (a missing or non-numeric C, e.g. "auto", first): the chains that
+    :func:`fit_fold_path` warm-starts along."""
+    groups: dict = {}
+    for i, p in enumerate(points):
+        key = tuple(sorted((k, repr(v)) for k, v in p.items() if k != "C"))
+        groups.setdefault(key, []).append(i)
+
+    def c_of(i):
+        c = points[i].get("C", default_c)
+        return (0, 0.0) if c is None or isinstance(c, str) else (1, float(c))
+
+    return [sorted(g, key=c_of) for g in groups.values()]
 
 
 def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:

@@ -11,7 +11,9 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.engines import open_engine as _open
 from bigrate.metrics import evaluate_split, rate_target
 from bigrate.model_selection.sweep import (
+    c_chains,
     fit_fold,
+    fit_fold_path,
     fit_val,
     rank_points,
     select_best,
@@ -227,11 +229,17 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             tr, te = cache["splits"][k]
             return (cls, params, cache["data"], tr, te, target)
 
+        def chain_args(ps, k):  # warm starts along C: one task a chain and fold
+            *_, data, tr, te, target = task_args(ps[0], k)
+            return (cls, [{**base, **points[p]} for p in ps], data, tr, te, target)
+
         table = _sweep(
             eng, run, points, n_folds, fit_val if spec.cv == "val" else fit_fold,
             task_args, select=spec.select, progress=progress,
             after_task=lambda: (events(), interrupt.check()),
             batch_seconds=spec.batch_seconds,
+            chains=c_chains(points, defaults.get("C")) if spec.warm_start else None,
+            chain_task=fit_fold_path, chain_args=chain_args,
         )  # fmt: skip
         events(force=True)  # a worker lost during the last tasks
         rank_points(table, spec.select)

@@ -23,6 +23,8 @@ together as a :class:`JobSpecError`.
     cv = 3                         # folds of the train split, or "val" (the val split)
     select = "J_val"               # J_val (NP) | accepted (q-value)
     batch_seconds = 0              # > 0: short fits batched into engine tasks of ~that
+    warm_start = false             # true: points differing only in C run as one task
+                                   # per fold, each fit warm-started from the previous
     [evaluate]                     # kind = "evaluate" only
     model = "runs/a9a-np-.../model"
     splits = ["test"]
@@ -58,6 +60,7 @@ _SCHEMA = {
         "select": str,
         "seed": int,
         "batch_seconds": (int, float),
+        "warm_start": bool,
     },
     "evaluate": {"model": str, "splits": list},
     "output": {
@@ -97,6 +100,7 @@ class JobSpec:
     select: str = "J_val"
     seed: int = 0
     batch_seconds: float = 0.0
+    warm_start: bool = False
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
     output: str = "runs"
@@ -132,6 +136,7 @@ def _type_name(t) -> str:
         dict: "a table",
         list: "an array",
         float: "a number",
+        bool: "true or false",
     }.get(t, t.__name__)
 
 
@@ -214,7 +219,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
                 )
                 continue
             t = _SCHEMA[sect][k]
-            if isinstance(v, bool) or not isinstance(v, t):
+            if (t is bool) != isinstance(v, bool) or not isinstance(v, t):
                 problems.append(f"{sect}.{k}: must be {_type_name(t)}, got {v!r}")
     for sect, keys in _REQUIRED.items():
         for k in keys:
@@ -229,7 +234,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
             k: v
             for k, v in val.items()
             if k in _SCHEMA.get(name, {})
-            and not isinstance(v, bool)
+            and (_SCHEMA[name][k] is bool) == isinstance(v, bool)
             and isinstance(v, _SCHEMA[name][k])
         }
 
@@ -323,6 +328,11 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
             problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv!r}')
         if isinstance(cv, int) and cv < 2:
             problems.append(f'sweep.cv: must be a fold count >= 2 or "val", got {cv}')
+        if sweep.get("warm_start"):
+            if cv == "val":
+                problems.append(
+                    'sweep.warm_start: needs k-fold cross-validation (cv = K), not "val"'
+                )
         if not float(sweep.get("batch_seconds", 0.0)) >= 0:
             problems.append(
                 f"sweep.batch_seconds: must be >= 0 (0 turns batching off), got "
@@ -384,6 +394,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         select=select or "J_val",
         seed=sweep.get("seed", 0),
         batch_seconds=float(sweep.get("batch_seconds", 0.0)),
+        warm_start=bool(sweep.get("warm_start", False)),
         model=model_dir,
         splits=list(splits),
         output=out,

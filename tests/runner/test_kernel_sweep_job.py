@@ -84,3 +84,46 @@ dir = "{tmp_path / "runs"}"
     run_cli("report", run, check=True)
     page = (run / "report" / "index.html").read_text()
     assert "every point, ranked" in page and page.count("data:image/png") == 3
+
+
+def _warm_job(tmp_path, iono, cv="3"):
+    job = tmp_path / "warm.toml"
+    job.write_text(f"""
+[job]
+kind = "sweep"
+name = "w"
+[data]
+path = "{iono}"
+[model]
+estimator = "NeymanPearsonSVC"
+[sweep]
+grid = {{ C = [100.0, 10.0, 30.0], gamma = [0.1, 0.3] }}
+cv = {cv}
+warm_start = true
+[engine]
+name = "local"
+[output]
+dir = "{tmp_path / "runs"}"
+""")
+    return job
+
+
+def test_warm_started_sweep_job_runs_c_chains(tmp_path, iono):
+    """[sweep] warm_start = true: per gamma and fold one task along C (10, 30, 100),
+    the first fit cold, the others from the previous solution; every point recorded."""
+    p = run_cli("run", _warm_job(tmp_path, iono), "--quiet", check=True)
+    assert p.returncode == 0
+    (run,) = (tmp_path / "runs").glob("w-*")
+    recs = [json.loads(f.read_text()) for f in (run / "results").glob("*.json")]
+    assert len(recs) == 6 * 3 and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        assert r["warm_started"] is (r["params"]["C"] != 10.0), r["params"]
+    events = [json.loads(line) for line in (run / "events.jsonl").open()]
+    waves = [e for e in events if e["event"] == "sweep_wave"]
+    assert waves and waves[0]["chains"] == 2 * 3
+
+
+def test_warm_start_job_needs_folds(tmp_path, iono):
+    p = run_cli("run", _warm_job(tmp_path, iono, cv='"val"'), "--quiet")
+    assert p.returncode == 2 and "sweep.warm_start" in p.stderr
+    assert "needs k-fold" in p.stderr and not (tmp_path / "runs").exists()
