@@ -421,8 +421,17 @@ class NeymanPearsonSVC(_KernelSVCBase):
             else None
         )
         band_run = 0
+        last_pfa = None if warm is None else warm["pfa"]
         for it in range(self.max_iter):
             C = self._costs(yy, lam, n_pos, n_neg)
+            # far from the band (or before the first Pfa is known), the solve only
+            # steers the multiplier search: a 10x looser KKT tolerance does; every fit
+            # ends on solves at ``tol``
+            loose = (
+                search is not None
+                and not search.final
+                and (last_pfa is None or abs(last_pfa - self.rho) > 3 * self.epsilon)
+            )
             inner = 0
             dc_obj = []
             while True:  # Alg. 2 (uzawa: to a stable beta; annealed: a single solve)
@@ -435,7 +444,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     0.0,
                     alpha0=alpha,
                     Qa0=Qa,
-                    eps=self.tol,
+                    eps=10.0 * self.tol if loose else self.tol,
                     max_iter=self.smo_max_iter,
                 )
                 alpha, b = res.alpha, res.b
@@ -450,6 +459,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     break
             pfa = float(np.mean(f[yy < 0] >= 0))
             pnd = float(np.mean(f[yy > 0] <= 0))
+            last_pfa = pfa
             self.history_.append(
                 {
                     "iteration": it + 1,
@@ -459,6 +469,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     "ramp_loss": self._dc_objective(f, yy, C),
                     "smo_iterations": res.n_iter,
                     "smo_gap": res.gap,
+                    "smo_tol": 10.0 * self.tol if loose else self.tol,
                     "cache_hit_rate": res.cache_hit_rate,
                     "beta_changes": changed,
                     "dual_objective": res.objective,
@@ -471,7 +482,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
             band_run = band_run + 1 if in_band else 0
             # beta stable; or, with the bracket search, the band held for 10 DC steps
             # while one or two betas keep flipping (a cycle of the inexact solves)
-            done = in_band and (changed == 0 or (search is not None and band_run >= 10))
+            done = (
+                in_band
+                and not loose
+                and (changed == 0 or (search is not None and band_run >= 10))
+            )
             if search is not None and search.final and changed == 0:
                 # Pfa jumps across the band: settled on its feasible side (converged);
                 # no multiplier brings Pfa near rho: stop (not converged); the
@@ -500,7 +515,8 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self._keep(X, yy, alpha, b)
         if self.warm_start:
             self._warm = {"key": key, "prob": prob, "C": self.C_, "lam": lam,
-                          "beta": beta, "alpha": alpha, "Qa": Qa}  # fmt: skip
+                          "beta": beta, "alpha": alpha, "Qa": Qa,
+                          "pfa": pfa}  # fmt: skip
         else:
             self._warm = None
 
