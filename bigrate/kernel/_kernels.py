@@ -268,11 +268,8 @@ def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
 
 
 @njit(cache=True, nogil=True)
-def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
-    """Move the variables that cannot enter the next working sets to the inactive part
-    (libsvm's rule, per-example boxes): in I_up only with -y G below min_{I_low}, in
-    I_low only with -y G above max_{I_up}, or in neither. The active part stays in
-    index order. Returns the new active size."""
+def _extremes(mg, up, low, perm, m):
+    """(max of -y G over I_up, min over I_low) on the active variables perm[:m]."""
     gmax = -np.inf
     gmin = np.inf
     for c in range(m):
@@ -281,6 +278,16 @@ def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
             gmax = mg[t]
         if low[t] and mg[t] < gmin:
             gmin = mg[t]
+    return gmax, gmin
+
+
+@njit(cache=True, nogil=True)
+def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
+    """Move the variables that cannot enter the next working sets to the inactive part
+    (libsvm's rule, per-example boxes): in I_up only with -y G below min_{I_low}, in
+    I_low only with -y G above max_{I_up}, or in neither. The active part stays in
+    index order. Returns the new active size."""
+    gmax, gmin = _extremes(mg, up, low, perm, m)
     k = 0
     r = 0
     for c in range(m):
@@ -358,14 +365,7 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
             if counter == 0:
                 counter = period
                 if not unshrunk:
-                    gmx = -np.inf
-                    gmn = np.inf
-                    for c in range(m):
-                        t = perm[c]
-                        if up[t] and mg[t] > gmx:
-                            gmx = mg[t]
-                        if low[t] and mg[t] < gmn:
-                            gmn = mg[t]
+                    gmx, gmn = _extremes(mg, up, low, perm, m)
                     if gmx - gmn <= 10.0 * eps:
                         unshrunk = True
                         _reconstruct(
