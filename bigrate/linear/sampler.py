@@ -11,7 +11,9 @@ indices into it, the sequence of examples the SGD kernel visits.
   max(n+, n-) steps.
 
 Within a class, rows come without replacement: in memory from a fresh seeded permutation
-per pass over the class; out of core from a seeded shuffle buffer of at most
+per pass over the class, by blocks (``block`` consecutive rows of the class, the blocks in
+random order and the rows of a block in random order, so that a block's rows stay in the
+CPU's caches while it is visited; ``block = 1`` is a plain permutation); out of core from a seeded shuffle buffer of at most
 ``buffer_rows`` rows per class, filled from the class's row groups taken in a freshly
 shuffled order on every pass. When a chunk needs more rows than the buffer has left, the
 rows left are kept, row groups are read until the buffer is full again (at most one pass
@@ -60,19 +62,33 @@ def _class_mask(
     return rng.random(steps) < p_pos
 
 
-class _Cycle:
-    """Indices 0..n-1 in a fresh seeded permutation per pass, taken k at a time."""
+def block_permutation(
+    items: np.ndarray, rng: np.random.Generator, block: int
+) -> np.ndarray:
+    """``items`` in a random order by blocks of ``block`` consecutive items: the blocks
+    in random order, the items of each block in random order within it."""
+    n = len(items)
+    if block <= 1 or n <= block:
+        return rng.permutation(items)
+    rank = rng.permutation(-(-n // block))
+    key = rank[np.arange(n) // block] + rng.random(n)
+    return items[np.argsort(key, kind="stable")]
 
-    def __init__(self, items: np.ndarray, rng: np.random.Generator):
-        self.items, self.rng = items, rng
-        self.perm = rng.permutation(items)
+
+class _Cycle:
+    """Indices 0..n-1 in a fresh seeded (block) permutation per pass, taken k at a
+    time."""
+
+    def __init__(self, items: np.ndarray, rng: np.random.Generator, block: int = 1):
+        self.items, self.rng, self.block = items, rng, block
+        self.perm = block_permutation(items, rng, block)
         self.pos = 0
 
     def take(self, k: int) -> np.ndarray:
         out = []
         while k > 0:
             if self.pos == len(self.perm):
-                self.perm = self.rng.permutation(self.items)
+                self.perm = block_permutation(self.items, self.rng, self.block)
                 self.pos = 0
             m = min(k, len(self.perm) - self.pos)
             out.append(self.perm[self.pos : self.pos + m])
@@ -92,6 +108,7 @@ class InMemorySampler:
         seed,
         *,
         rows: np.ndarray | None = None,
+        block: int = 1,
     ):
         self.X, self.y, self.mode = X, y, mode
         self.rng = np.random.default_rng(seed)
@@ -99,8 +116,8 @@ class InMemorySampler:
         pos = rows[y[rows] > 0]
         neg = rows[y[rows] < 0]
         self.n_pos, self.n_neg = len(pos), len(neg)
-        self.pos = _Cycle(pos.astype(np.int64), self.rng)
-        self.neg = _Cycle(neg.astype(np.int64), self.rng)
+        self.pos = _Cycle(pos.astype(np.int64), self.rng, block)
+        self.neg = _Cycle(neg.astype(np.int64), self.rng, block)
 
     def next(self, steps: int):
         """(X, y, order) for ``steps`` steps; with mode 'pairs', order is (pos, neg)."""

@@ -207,6 +207,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         "warm_start": ["boolean"],
         "batch_rows": [Interval(Integral, 1, None, closed="left")],
         "buffer_rows": [Interval(Integral, 1, None, closed="left")],
+        "shuffle_block": [Interval(Integral, 1, None, closed="left")],
         "split": [str],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -339,7 +340,8 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
         cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
         plan = StreamPlan(cfg, n_pos, n_neg, None, self._seed_int(), X.shape[1])
-        sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows)
+        sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows,
+                                  block=self.shuffle_block)  # fmt: skip
         self._train(plan, self.initial_state(X.shape[1]), sampler)
         if held is not None:
             neg = held & (y < 0)
@@ -606,6 +608,13 @@ class NeymanPearsonSGD(_StochasticRateBase):
     fit_intercept, warm_start : bool
     batch_rows, buffer_rows : int
         Streaming only: rows per Parquet read and the per-class shuffle buffer.
+    shuffle_block : int, default 1024
+        In memory: each pass over a class visits its rows in blocks of this many
+        consecutive rows (blocks in random order, rows of a block in random order), so
+        that a block's rows stay in the CPU's caches: 1.7x faster steps on RCV1-scale
+        data than a plain permutation (``shuffle_block=1``), with the same rates
+        (BENCHMARKS). Assumes the rows are not sorted by anything that matters within
+        1024 rows; use 1 if they are.
     split : str, default "train"
         The split streamed when fitting a ShardedDataset.
     random_state : int, RandomState or None
@@ -669,6 +678,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         warm_start=False,
         batch_rows=32_768,
         buffer_rows=65_536,
+        shuffle_block=1024,
         split="train",
         random_state=None,
         verbose=0,
@@ -689,6 +699,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         self.warm_start = warm_start
         self.batch_rows = batch_rows
         self.buffer_rows = buffer_rows
+        self.shuffle_block = shuffle_block
         self.split = split
         self.random_state = random_state
         self.verbose = verbose
@@ -767,6 +778,7 @@ class QValueSGD(_StochasticRateBase):
         warm_start=False,
         batch_rows=32_768,
         buffer_rows=65_536,
+        shuffle_block=1024,
         split="train",
         random_state=None,
         verbose=0,
@@ -783,6 +795,7 @@ class QValueSGD(_StochasticRateBase):
         self.warm_start = warm_start
         self.batch_rows = batch_rows
         self.buffer_rows = buffer_rows
+        self.shuffle_block = shuffle_block
         self.split = split
         self.random_state = random_state
         self.verbose = verbose

@@ -31,11 +31,11 @@ def shards(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("s") / "ds", X, y, row_group_size=256)
 
 
-def _draws_in_memory(mode, steps, chunk=4096):
+def _draws_in_memory(mode, steps, chunk=4096, block=1):
     import scipy.sparse as sp
 
     X, y = _data()
-    s = InMemorySampler(sp.csr_matrix(X), y, mode, 7)
+    s = InMemorySampler(sp.csr_matrix(X), y, mode, 7, block=block)
     out = []
     while sum(map(len, out)) < steps:
         _, yy, order = s.next(min(chunk, steps - sum(map(len, out))))
@@ -55,10 +55,11 @@ def _draws_streaming(ds, mode, steps, buffer_rows, chunk=4096):
     return np.concatenate(ids), np.concatenate(labels)
 
 
+@pytest.mark.parametrize("block", [1, 64])
 @pytest.mark.parametrize("mode,p_pos", [("balanced", 0.5), ("uniform", N_POS / 3000)])
-def test_class_frequency_in_memory(mode, p_pos):
+def test_class_frequency_in_memory(mode, p_pos, block):
     steps = 60_000
-    _, y = _draws_in_memory(mode, steps)
+    _, y = _draws_in_memory(mode, steps, block=block)
     assert _within(int((y > 0).sum()), steps, p_pos), (y > 0).mean()
 
 
@@ -69,14 +70,36 @@ def test_class_frequency_streaming(shards, mode, p_pos):
     assert _within(int((y > 0).sum()), steps, p_pos), (y > 0).mean()
 
 
-def test_every_row_once_per_pass_in_memory():
-    order, y = _draws_in_memory("balanced", 40_000)
+@pytest.mark.parametrize("block", [1, 64])
+def test_every_row_once_per_pass_in_memory(block):
+    order, y = _draws_in_memory("balanced", 40_000, block=block)
     for cls in (1, -1):
         rows = order[y == cls]
         n = N_POS if cls > 0 else N_NEG
         for k in range(len(rows) // n):  # every complete pass over the class
             assert np.array_equal(np.sort(rows[k * n : (k + 1) * n]),
                                   np.arange(n) if cls > 0 else np.arange(N_POS, 3000))  # fmt: skip
+
+
+def test_block_permutation_visits_blocks_whole_in_random_orders():
+    """Blocks of consecutive items, each visited as one run in a random inner order,
+    the blocks in a random order; a fresh order on every call; block 1 = permutation."""
+    from bigrate.linear.sampler import block_permutation
+
+    rng = np.random.default_rng(0)
+    items = np.arange(10, 1010)  # 1000 items: 15 blocks of 64 and one of 40
+    orders = [block_permutation(items, rng, 64) for _ in range(200)]
+    firsts, inner = set(), 0
+    for o in orders:
+        assert np.array_equal(np.sort(o), items)
+        blocks = (o - 10) // 64
+        runs = blocks[np.r_[True, blocks[1:] != blocks[:-1]]]
+        assert len(runs) == 16 and len(set(runs.tolist())) == 16  # each block one run
+        firsts.add(int(runs[0]))
+        inner += int(np.any(np.diff(o[blocks == runs[0]]) < 0))
+    assert len(firsts) == 16  # every block comes first in some pass
+    assert inner >= 190  # rows inside a block are shuffled
+    assert not np.array_equal(block_permutation(items, rng, 1), items)
 
 
 @pytest.mark.parametrize("buffer_rows", [100, 1000, 4096])
