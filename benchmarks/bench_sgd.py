@@ -1,6 +1,8 @@
 """Stochastic NP / q-value benchmarks against peers, measured in one run.
 
     python benchmarks/bench_sgd.py speed    [--rows 804414]
+    python benchmarks/bench_sgd.py pairs    (300,000 rows: one epoch vs the sklearn loss)
+    python benchmarks/bench_sgd.py blockq   (rates with block-shuffled vs permuted rows)
     python benchmarks/bench_sgd.py scale    [--rows 804414]
     python benchmarks/bench_sgd.py ooc      [--rows 4022070]
     python benchmarks/bench_sgd.py quality
@@ -119,6 +121,86 @@ def bench_speed(out: Path, rows: int) -> dict:
         "note": "our epoch is 2*max(n+,n-) balanced steps; sklearn's is n uniform steps",
     }
     _save(out, "sgd_speed", res)
+    return res
+
+
+def bench_pairs(out: Path, rows: int = 300_000, reps: int = 3) -> dict:
+    """One epoch of NeymanPearsonSGD with uniform sampling (n steps, as scikit-learn's
+    SGDClassifier(max_iter=1) takes) against the scikit-learn loss of the same cost:
+    sigmoid vs log_loss, ramp vs hinge; our rows visited in a plain permutation
+    (shuffle_block=1) and by blocks of 1024 (the default); medians of ``reps``
+    interleaved runs, on a float64 copy of the CSR for scikit-learn."""
+    from sklearn.linear_model import SGDClassifier
+
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+
+    ds = ShardedDataset(_synth(out, rows))
+    tr = ds.to_csr("train")
+    X, y = tr.X, tr.y
+    X64 = X.astype(np.float64)
+    NeymanPearsonSGD(epochs=1, random_state=0).fit(X[:1000], y[:1000])  # compile
+    res = {"rows": int(X.shape[0]), "nnz": int(X.nnz), "reps": reps}
+    for ours_loss, sk_loss in (("sigmoid", "log_loss"), ("ramp", "hinge")):
+        t_sk, t_ours = [], {1: [], 1024: []}
+        for _ in range(reps):
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                SGDClassifier(loss=sk_loss, max_iter=1, tol=None,
+                              random_state=0).fit(X64, y)  # fmt: skip
+            t_sk.append(time.perf_counter() - t)
+            for block in (1, 1024):
+                m = NeymanPearsonSGD(loss=ours_loss, epochs=1, balanced=False,
+                                     shuffle_block=block, random_state=0)  # fmt: skip
+                t = time.perf_counter()
+                m.fit(X, y)
+                t_ours[block].append(time.perf_counter() - t)
+        sk = float(np.median(t_sk))
+        res[f"{ours_loss}_vs_{sk_loss}"] = {
+            "sklearn_s": sk,
+            "ours_block1_s": float(np.median(t_ours[1])),
+            "ours_block1024_s": float(np.median(t_ours[1024])),
+            "ratio_block1": float(np.median(t_ours[1])) / sk,
+            "ratio_block1024": float(np.median(t_ours[1024])) / sk,
+        }
+        print(ours_loss, sk_loss, res[f"{ours_loss}_vs_{sk_loss}"], flush=True)
+    _save(out, "sgd_pairs", res)
+    return res
+
+
+def bench_blockq(out: Path, seeds: int = 3) -> dict:
+    """Rates with rows visited by blocks of 1024 (the default) and in a plain
+    permutation (shuffle_block=1): NeymanPearsonSGD's test Pfa / Pnd at rho 0.05 on
+    a9a, spambase and the RCV1-shaped synthetic set (300,000 rows), mean over seeds."""
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+    from bigrate.metrics import pfa_pnd
+
+    sets = {name: _dataset_arrays(name, out) for name in ("a9a", "spambase")}
+    ds = ShardedDataset(_synth(out, 300_000))
+    sets["synthetic"] = {
+        s: (lambda c: (c.X, c.y))(ds.to_csr(s)) for s in ("train", "test")
+    }
+    res = {"rho": 0.05, "seeds": seeds}
+    for name, d in sets.items():
+        (Xtr, ytr), (Xte, yte) = d["train"], d["test"]
+        for block in (1, 1024):
+            rates, secs = [], []
+            for seed in range(seeds):
+                t = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    m = NeymanPearsonSGD(rho=0.05, shuffle_block=block,
+                                         random_state=seed).fit(Xtr, ytr)  # fmt: skip
+                secs.append(time.perf_counter() - t)
+                rates.append(pfa_pnd(yte, m.decision_function(Xte)))
+            r = np.array(rates)
+            res[f"{name}_block{block}"] = {
+                "test_pfa": float(r[:, 0].mean()), "test_pfa_sd": float(r[:, 0].std()),
+                "test_pnd": float(r[:, 1].mean()), "test_pnd_sd": float(r[:, 1].std()),
+                "fit_s": float(np.median(secs)),
+            }  # fmt: skip
+            print(name, block, res[f"{name}_block{block}"], flush=True)
+    _save(out, "sgd_blockq", res)
     return res
 
 
@@ -365,7 +447,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "what", choices=["speed", "scale", "ooc", "quality", "qvalue", "all"]
+        "what",
+        choices=[
+            "speed",
+            "pairs",
+            "blockq",
+            "scale",
+            "ooc",
+            "quality",
+            "qvalue",
+            "all",
+        ],
     )
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--out", default=str(HERE / "out"))
@@ -379,6 +471,10 @@ def main() -> None:
     for w in todo:
         if w == "speed":
             bench_speed(out, a.rows or 804_414)
+        elif w == "pairs":
+            bench_pairs(out, a.rows or 300_000)
+        elif w == "blockq":
+            bench_blockq(out)
         elif w == "scale":
             bench_scale(out, a.rows or 804_414)
         elif w == "ooc":
