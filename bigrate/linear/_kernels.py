@@ -207,7 +207,7 @@ def decision_csr(indptr, indices, data, w, b):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def sq_norm_sum(indptr, data):
     """Sum over rows of ||x_i||^2."""
     s = 0.0

@@ -70,9 +70,11 @@ def block_permutation(
     n = len(items)
     if block <= 1 or n <= block:
         return rng.permutation(items)
-    rank = rng.permutation(-(-n // block))
-    key = rank[np.arange(n) // block] + rng.random(n)
-    return items[np.argsort(key, kind="stable")]
+    full = n // block
+    blocks = list(rng.permuted(items[: full * block].reshape(full, block), axis=1))
+    if n > full * block:
+        blocks.append(rng.permutation(items[full * block :]))
+    return np.concatenate([blocks[b] for b in rng.permutation(len(blocks))])
 
 
 class _Cycle:
