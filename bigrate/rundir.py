@@ -261,6 +261,9 @@ class MemoryStore:
     def event(self, event_name: str, **fields) -> None:
         self.log.append({"time": _now(), "event": event_name, **fields})
 
+    def events(self) -> list[dict]:
+        return list(self.log)
+
     def write_results_table(self) -> None:
         pass
 

@@ -228,6 +228,19 @@ def run_sweep(
     todo = [
         (p, k) for p in range(len(points)) for k in range(n_folds) if (p, k) not in done
     ]
+    # a task's record is saved before its event: one stopped between the two has its
+    # event written now, so that every finished task has exactly one
+    logged = {
+        (e.get("point"), e.get("fold"))
+        for e in store.events()
+        if e.get("event") in ("task_done", "task_failed")
+    }
+    for (p, k), rec in sorted(done.items()):
+        if (p, k) not in logged:
+            ok = rec.get("status") == "ok"
+            store.event("task_done" if ok else "task_failed", point=p, fold=k,
+                        recovered=True, **({"seconds": rec.get("seconds")} if ok
+                                           else {"error": rec.get("error", "")[:500]}))  # fmt: skip
     store.event(
         "sweep_started",
         points=len(points),
@@ -249,17 +262,19 @@ def run_sweep(
                 error=str(res)[:2000],
                 traceback=getattr(res, "tb", ""),
             )
-            store.event("task_failed", point=p, fold=k, error=str(res)[:500])
         else:
             rec.update(status="ok", **res)
-            store.event("task_done", point=p, fold=k, seconds=res.get("seconds"))
             value = res["metrics"].get(select)
             if value is not None and (
                 best is None
                 or (value < best if SELECT[select] == "min" else value > best)
             ):
                 state["best"] = best = value
-        store.save_result(p, k, rec)  # the durable record of the task
+        store.save_result(p, k, rec)  # the durable record of the task, then its event
+        if isinstance(res, Exception):
+            store.event("task_failed", point=p, fold=k, error=str(res)[:500])
+        else:
+            store.event("task_done", point=p, fold=k, seconds=res.get("seconds"))
         if (
             time.monotonic() - state["table_at"] >= 2.0
         ):  # the derived table, now and then

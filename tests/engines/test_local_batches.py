@@ -14,3 +14,33 @@ def test_one_worker_does_not_batch():
               lambda p, f: (p,), progress=False, batch_seconds=1.0)  # fmt: skip
     waves = [e for e in store.log if e["event"] == "sweep_wave"]
     assert waves == [dict(waves[0], tasks=6, batch=1)]
+
+
+def test_a_record_saved_without_its_event_gets_it_on_resume(tmp_path):
+    """A task's record is saved before its event; a sweep stopped between the two
+    writes the missing event when it resumes (once), and does not redo the task."""
+    from bigrate.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    (tmp_path / "results").mkdir()
+    points = [{"k": 0}, {"k": 1}]
+    run_sweep(LocalEngine(), run, points, 2, short_task, lambda p, f: (p,),
+              progress=False)  # fmt: skip
+    events = (tmp_path / "events.jsonl").read_text().splitlines()
+    # drop the event of (1, 1), as a kill right after its record was saved would
+    kept = [
+        e for e in events if not ('"task_done"' in e and '"point": 1, "fold": 1' in e)
+    ]
+    assert len(kept) == len(events) - 1
+    (tmp_path / "events.jsonl").write_text("\n".join(kept) + "\n")
+    before = (tmp_path / "results" / "point-00001-fold-001.json").read_bytes()
+    for _ in range(2):  # resumed twice: the event is written once
+        run_sweep(LocalEngine(), run, points, 2, short_task, lambda p, f: (p,),
+                  progress=False)  # fmt: skip
+    done = [e for e in run.events() if e["event"] == "task_done"]
+    assert sorted((e["point"], e["fold"]) for e in done) == [(0, 0), (0, 1), (1, 0),
+                                                              (1, 1)]  # fmt: skip
+    assert [e.get("recovered") for e in done if (e["point"], e["fold"]) == (1, 1)] == [
+        True
+    ]
+    assert (tmp_path / "results" / "point-00001-fold-001.json").read_bytes() == before
