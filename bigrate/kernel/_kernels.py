@@ -496,15 +496,8 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
 @njit(cache=True, nogil=True)
 def gradient(kp, y, p, a, stats):
     """G = Q a - p, computed from the full kernel rows of the non-zero a_i."""
-    n = y.shape[0]
-    cols = np.arange(n)
     G = -p.copy()
-    for i in range(n):
-        if a[i] != 0.0:
-            Ki = _row(i, kp, cols, n, True, stats)
-            c = y[i] * a[i]
-            for t in range(n):
-                G[t] += y[t] * Ki[t] * c
+    gradient_update(kp, y, G, a, stats)
     return G
 
 
