@@ -1,10 +1,13 @@
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,3 +100,27 @@ def wait_for_results(runs: Path, pattern: str, n: int, proc=None, timeout: float
             raise AssertionError(f"the job exited first: {proc.stderr.read().decode()}")
         time.sleep(0.02)
     raise AssertionError(f"no run under {runs} reached {n} results in {timeout}s")
+
+
+def descendants(pid: int) -> list:
+    """The processes below ``pid`` (which this test started): the only victims."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_a_fitting_worker(runs: Path, ancestor: int, proc, timeout: float = 180):
+    """Kill, by its process id, the worker that wrote the first task record (each
+    record names its process; the queue still holds tasks, so that worker is fitting
+    the next one), once it is checked to be a descendant of ``ancestor`` (a process
+    this test started). Returns the id, or None if no record came in time."""
+    t0 = time.time()
+    while time.time() - t0 < timeout and proc.poll() is None:
+        for f in runs.glob("*/results/*.json"):
+            pid = json.loads(f.read_text()).get("pid")
+            if pid in {p.pid for p in descendants(ancestor)}:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        time.sleep(0.01)
+    return None

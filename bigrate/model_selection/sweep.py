@@ -12,6 +12,8 @@ engine handle or by dataset path), scored by the one evaluation routine
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -87,6 +89,18 @@ def cv_splits(
     return out
 
 
+def _record(metrics: dict, t0: float, **extra) -> dict:
+    """A task's result: its metrics, seconds since ``t0``, and where it ran (the
+    worker's process id and host, so that a record names the process that fitted it)."""
+    return {
+        "metrics": metrics,
+        "seconds": time.perf_counter() - t0,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        **extra,
+    }
+
+
 def fit_fold(est_cls, params: dict, data, train_idx, test_idx, target: dict) -> dict:
     """One task: fit ``est_cls(**params)`` on rows ``train_idx`` of the in-memory
     ``data = (X, y)``, score rows ``test_idx`` (``target``: ``{"rho": ...}`` or
@@ -95,11 +109,7 @@ def fit_fold(est_cls, params: dict, data, train_idx, test_idx, target: dict) -> 
     t = time.perf_counter()
     est = est_cls(**params).fit(X[train_idx], y[train_idx])
     yt = np.where(y[test_idx] == est.classes_[1], 1, -1)
-    f = est.decision_function(X[test_idx])
-    return {
-        "metrics": rate_metrics(yt, f, **target),
-        "seconds": time.perf_counter() - t,
-    }
+    return _record(rate_metrics(yt, est.decision_function(X[test_idx]), **target), t)
 
 
 def fit_fold_path(
@@ -126,13 +136,9 @@ def fit_fold_path(
                 est.set_params(**params)
             est.fit(Xtr, ytr)
             yt = np.where(y[test_idx] == est.classes_[1], 1, -1)
-            out.append(
-                {
-                    "metrics": rate_metrics(yt, est.decision_function(Xte), **target),
-                    "seconds": time.perf_counter() - t,
-                    "warm_started": bool(getattr(est, "warm_started_", False)),
-                }
-            )
+            metrics = rate_metrics(yt, est.decision_function(Xte), **target)
+            warm = bool(getattr(est, "warm_started_", False))
+            out.append(_record(metrics, t, warm_started=warm))
         except Exception as e:  # recorded as that point's failure
             out.append(TaskError(f"{type(e).__name__}: {e}", traceback.format_exc()))
             est = None
@@ -163,10 +169,7 @@ def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:
     ds = ShardedDataset(dataset_path)
     t = time.perf_counter()
     est = est_cls(**params).fit(ds)
-    return {
-        "metrics": evaluate_split(est.decision_function, ds, "val", **target),
-        "seconds": time.perf_counter() - t,
-    }
+    return _record(evaluate_split(est.decision_function, ds, "val", **target), t)
 
 
 def warm_task(est_cls, params: dict, n_features: int) -> None:

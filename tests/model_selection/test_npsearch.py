@@ -9,10 +9,10 @@ import textwrap
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 from bigrate import NeymanPearsonSVC, NPSearchCV
+from tests.conftest import kill_a_fitting_worker
 from tests.kernel.test_smo_svc import two_gaussians
 
 GRID = {"C": [20.0, 200.0, 2000.0], "gamma": [0.1, 0.5, 2.0]}
@@ -107,27 +107,9 @@ def test_killed_sweep_resumes_without_refitting(tmp_path):
 
 def test_ray_worker_killed_mid_task(tmp_path):
     proc = _start(tmp_path, "ray")
-    killed = None
-    t0 = time.time()
-    while time.time() - t0 < 180 and killed is None and proc.poll() is None:
-        # victims only among the processes this test started: the driver's descendants
-        try:
-            mine = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            break
-        for p in mine:
-            try:
-                cmd = p.cmdline()
-            except psutil.Error:
-                continue
-            if cmd and cmd[0].startswith("ray::fit_fold"):
-                try:
-                    p.kill()
-                    killed = p.pid
-                except psutil.Error:
-                    continue
-                break
-        time.sleep(0.01)
+    # the victim: the Ray worker named by the first task record, a descendant of the
+    # driver this test started, killed by its process id
+    killed = kill_a_fitting_worker(tmp_path, proc.pid, proc)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert killed is not None, "no running fit was found to kill"

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, start_cli
+from tests.conftest import REPO, descendants, kill_a_fitting_worker, start_cli
 from tests.runner.test_jobs import job_file, only_run, sweep_job, train_job
 
 BIN = Path(sys.executable).parent
@@ -119,13 +119,14 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
         ev = run[0] / "events.jsonl" if run else None
         if ev is not None and ev.exists() and "train_started" in ev.read_text():
             time.sleep(1.0)
-            # the worker process under the nanny (not e.g. a resource tracker)
-            kids = [
-                k
-                for k in psutil.Process(workers[0].pid).children(recursive=True)
-                if "spawn_main" in " ".join(k.cmdline())
-            ]
-            victim = kids[0]
+            # the worker process under the first nanny: a process id the workers report
+            # themselves, checked to be below the nanny this test started
+            from distributed import Client
+
+            with Client(address, timeout=10) as c:
+                known = set(c.run(os.getpid).values())
+            mine = {k.pid for k in descendants(workers[0].pid)}
+            victim = psutil.Process((known & mine).pop())
             victim.kill()
         time.sleep(0.05)
     out, err = proc.communicate(timeout=600)
@@ -150,8 +151,8 @@ def _port_open(port: int) -> bool:
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
     """A Ray head started by cluster/ray/start-head.sh with --block, as a child of this
-    test in its own process group, stopped by that group alone (never `ray stop`,
-    which would stop every Ray cluster on the machine)."""
+    test in its own process group, stopped by that group alone (not by Ray's own stop
+    command, which would stop every Ray cluster on the machine)."""
     port = free_port()
     e = env(PORT=str(port), NUM_CPUS="2", RAY_USAGE_STATS_ENABLED="0")
     head = subprocess.Popen(
@@ -196,14 +197,6 @@ def _stop_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def descendants(pid: int) -> list:
-    """The processes below ``pid`` (which this test started): the only victims."""
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_cluster):
     address, head = ray_cluster
     assert listening_ports([p.pid for p in descendants(head.pid)]) <= {"127.0.0.1"}
@@ -216,18 +209,7 @@ def test_sweep_on_ray_by_address_survives_a_killed_worker(tmp_path, synth, ray_c
         epochs=6,
     )
     proc = start_cli("run", job_file(tmp_path, body), "--address", address, text=True)
-    killed = None
-    t0 = time.time()
-    while time.time() - t0 < 180 and killed is None and proc.poll() is None:
-        for p in descendants(head.pid):  # the cluster's workers, not anyone else's
-            try:
-                if p.cmdline() and p.cmdline()[0].startswith("ray::fit_fold"):
-                    p.kill()
-                    killed = p.pid
-                    break
-            except psutil.Error:
-                continue
-        time.sleep(0.02)
+    killed = kill_a_fitting_worker(tmp_path / "runs", head.pid, proc)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert killed is not None, "no running task was found to kill"
