@@ -325,20 +325,21 @@ class NeymanPearsonSVC(_KernelSVCBase):
         self.warm_start = warm_start
 
     def _warm_state(self, X, yy):
-        """The previous fit's state if it can start this one: same rows, labels and
-        kernel (a digest of the arrays; the kernel-row cache is only valid for them)."""
+        """With ``warm_start``: (a digest of the rows, labels and kernel parameters, the
+        previous fit's state if its digest is the same: the kernel-row cache is only valid
+        for them); without it (None, None), at no cost."""
+        if not self.warm_start:
+            return None, None
         h = hashlib.sha256()
-        for arr in ((X.indptr, X.indices, X.data) if sp.issparse(X) else (X,)) + (
-            yy,
-            np.array([self.gamma_, self.coef0, self.degree]),
-        ):
+        for arr in ((X.indptr, X.indices, X.data) if sp.issparse(X) else (X,)) + (yy,):
             h.update(np.ascontiguousarray(arr).tobytes())
-        h.update(f"{self.kernel} {X.shape}".encode())
+        # the kernel's parameters as given: on the same X, "scale" resolves the same
+        h.update(
+            repr((self.kernel, self.gamma, self.coef0, self.degree, X.shape)).encode()
+        )
         key = h.hexdigest()
         prev = getattr(self, "_warm", None)
-        if self.warm_start and prev is not None and prev["key"] == key:
-            return key, prev
-        return key, None
+        return key, (prev if prev is not None and prev["key"] == key else None)
 
     def _costs(self, y, lam, n_pos, n_neg):
         return np.where(y > 0, self.C_ / n_pos, lam / n_neg)
@@ -394,7 +395,6 @@ class NeymanPearsonSVC(_KernelSVCBase):
 
     def _fit_np(self, X, yy):
         n_pos, n_neg = int((yy > 0).sum()), int((yy < 0).sum())
-        self.gamma_ = resolve_gamma(self.gamma, X)
         key, warm = self._warm_state(X, yy)
         self.C_ = float(len(yy)) if self.C == "auto" else float(self.C)
         if warm is None:
@@ -405,6 +405,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
             alpha = Qa = None
         else:  # the previous fit's solution, scaled to this C (boxes scale with C)
             prob = warm["prob"]
+            self.gamma_ = prob.gamma
             r = self.C_ / warm["C"]
             lam = warm["lam"] * r
             beta = warm["beta"].copy()
