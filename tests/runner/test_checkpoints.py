@@ -92,13 +92,16 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(
     same_model(load_model(run / "model"), uninterrupted)
 
 
-def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(
-    tmp_path,
-    synth,
-    uninterrupted,
-):
+def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, synth):
     out = tmp_path / "runs"
-    body = train_body(synth, out, every=1000)  # only the Ctrl-C writes one
+    # 60 epochs (several seconds): the Ctrl-C lands mid-training, after the first
+    # rounds, however fast the machine; only the Ctrl-C writes a checkpoint
+    body = train_body(synth, out, epochs=60, every=1000)
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    run_cli("run", job_file(whole, train_body(synth, whole / "runs", epochs=60,
+                                              every=1000)), "--quiet", check=True)  # fmt: skip
+    uninterrupted = load_model(only_run(whole / "runs") / "model")
     proc = start_cli("run", job_file(tmp_path, body), "--quiet")
     t0 = time.time()
     while time.time() - t0 < 120:  # wait for training rounds to run
