@@ -180,6 +180,10 @@ class CostSensitiveSVC(_KernelSVCBase):
         return self
 
 
+# the KKT tolerance of the solves that only steer the multiplier search, over ``tol``
+_LOOSE_TOL = 100.0
+
+
 class NeymanPearsonSVC(_KernelSVCBase):
     """Kernel Neyman-Pearson SVM with the ramp loss (Gasso et al. 2011): minimise
     C * Pnd_hat + 1/2 ||f||^2 subject to Pfa_hat <= rho, solved by DC programming.
@@ -197,11 +201,13 @@ class NeymanPearsonSVC(_KernelSVCBase):
         Multiplier gain of the paper's update (``multiplier_update="gain"``):
         lambda <- lambda (1 + nu (Pfa - rho)).
     multiplier_update : {"bracket", "gain"}, default "bracket"
-        "bracket": lambda is moved by growing factors (2, 4, 8, ...) until the training
-        Pfa has been seen on both sides of the band rho +- epsilon, then by secant
-        steps in log lambda inside that bracket (safeguarded towards its middle); when
-        the bracket closes without Pfa entering the band (Pfa jumps across it, as for a
-        near-constant classifier at small C), the fit ends at the bracket's feasible
+        "bracket": lambda is moved towards the band rho +- epsilon (aimed at rho by
+        the slope of logit(Pfa) in log lambda over the last two steps, at most by
+        growing factors 2, 4, 8, 16) until the training Pfa has been seen on both
+        sides of the band, then by secant steps in log lambda inside that bracket
+        (safeguarded towards its middle); when the bracket closes without Pfa
+        entering the band (Pfa jumps across it, as for a near-constant classifier at
+        small C), the fit ends at the bracket's feasible
         end (Pfa <= rho). The number of DC steps then stays about the same over the
         whole C range. "gain": the paper's multiplicative rule with ``nu``; from a
         start where Pfa = 0 it shrinks lambda by at most (1 - rho) a step (tens of
@@ -348,6 +354,10 @@ class NeymanPearsonSVC(_KernelSVCBase):
         two_eta = 2.0 * self.eta
         return -beta * C / two_eta, (1.0 - beta) * C / two_eta
 
+    def _in_band(self, pfa: float) -> bool:
+        """|Pfa - rho| <= epsilon, up to the rounding of rho +- epsilon."""
+        return abs(pfa - self.rho) <= self.epsilon + 1e-12
+
     def _dc_objective(self, f, y, C):
         """The ramp-loss objective 1/2 ||f||^2 + sum C_i ramp(y_i f_i) at the iterate."""
         z = y * f
@@ -422,17 +432,19 @@ class NeymanPearsonSVC(_KernelSVCBase):
             else None
         )
         band_run = 0
-        last_pfa = None if warm is None else warm["pfa"]
+        # the previous fit's Pfa says how far from the band it starts only at its C
+        last_pfa = warm["pfa"] if warm is not None and warm["C"] == self.C_ else None
         for it in range(self.max_iter):
             C = self._costs(yy, lam, n_pos, n_neg)
-            # far from the band (or before the first Pfa is known), the solve only
-            # steers the multiplier search: a 10x looser KKT tolerance does; every fit
-            # ends on solves at ``tol``
+            # out of the band (or before the first Pfa is known), the solve only
+            # steers the multiplier search: a 100x looser KKT tolerance does; every
+            # fit ends on solves at ``tol`` (a step inside the band is solved at it)
             loose = (
                 search is not None
                 and not search.final
-                and (last_pfa is None or abs(last_pfa - self.rho) > 3 * self.epsilon)
+                and (last_pfa is None or not self._in_band(last_pfa))
             )
+            smo_tol = _LOOSE_TOL * self.tol if loose else self.tol
             inner = 0
             dc_obj = []
             while True:  # Alg. 2 (uzawa: to a stable beta; annealed: a single solve)
@@ -445,7 +457,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     0.0,
                     alpha0=alpha,
                     Qa0=Qa,
-                    eps=10.0 * self.tol if loose else self.tol,
+                    eps=smo_tol,
                     max_iter=self.smo_max_iter,
                 )
                 alpha, b = res.alpha, res.b
@@ -470,16 +482,14 @@ class NeymanPearsonSVC(_KernelSVCBase):
                     "ramp_loss": self._dc_objective(f, yy, C),
                     "smo_iterations": res.n_iter,
                     "smo_gap": res.gap,
-                    "smo_tol": 10.0 * self.tol if loose else self.tol,
+                    "smo_tol": smo_tol,
                     "cache_hit_rate": res.cache_hit_rate,
                     "beta_changes": changed,
                     "dual_objective": res.objective,
                     "dc_objectives": dc_obj,
                 }
             )
-            in_band = (
-                abs(pfa - self.rho) <= self.epsilon + 1e-12
-            )  # rounding of rho - eps
+            in_band = self._in_band(pfa)
             band_run = band_run + 1 if in_band else 0
             # beta stable; or, with the bracket search, the band held for 10 DC steps
             # while one or two betas keep flipping (a cycle of the inexact solves)
@@ -522,6 +532,10 @@ class NeymanPearsonSVC(_KernelSVCBase):
             self._warm = None
 
 
+def _logit(p: float) -> float:
+    return float(np.log(p / (1.0 - p)))
+
+
 class _MultiplierSearch:
     """The "bracket" multiplier update of :class:`NeymanPearsonSVC`: find lambda with
     the training Pfa in [rho - epsilon, rho + epsilon], Pfa decreasing in lambda (more
@@ -536,6 +550,7 @@ class _MultiplierSearch:
         self.same_side = 0  # bracketed steps in a row on that side
         self.rechecked = False  # the far end was measured again in this bracket
         self.exhausted = False  # expanded as far as allowed without finding the band
+        self.prev = None  # (lambda, Pfa) of the previous expansion step
 
     def reopen(self) -> None:
         """The solve at the bracket's feasible end came out infeasible: drop that end
@@ -544,6 +559,7 @@ class _MultiplierSearch:
         self.hi = None
         self.run = 0
         self.rechecked = False
+        self.prev = None
 
     def next(self, lam: float, pfa: float, settled: bool) -> float:
         above = pfa > self.rho + self.eps + 1e-12
@@ -562,15 +578,31 @@ class _MultiplierSearch:
             self.run = 0
             self.last_side, self.same_side = None, 0
             self.rechecked = False
+            self.prev = None
         if not (above or below):  # inside the band: wait for beta to settle
             return lam
         if self.lo is None or self.hi is None:  # expand towards the band
             self.run += 1
             if self.run > 12:  # lambda moved ~1e13-fold: the band is out of reach
                 self.final = self.exhausted = True
+                self.prev = None
                 return lam
-            factor = 2.0 ** min(self.run, 4)
-            return lam * factor if above else lam / factor
+            step = np.log(2.0) * min(self.run, 4)  # growing factors 2, 4, 8, 16
+            if self.prev is not None and self.prev[0] != lam:
+                # the last two steps on this side give the slope of logit(Pfa) in
+                # log lambda (of Pfa itself where one is 0 or 1): aim at rho with it,
+                # never beyond the growing factor
+                inside = 0 < min(pfa, self.prev[1]) and max(pfa, self.prev[1]) < 1
+                g = _logit if inside else float
+                slope = (g(pfa) - g(self.prev[1])) / (
+                    np.log(lam) - np.log(self.prev[0])
+                )
+                if slope < 0:
+                    need = abs(g(pfa) - g(self.rho)) / -slope
+                    step = min(max(need, np.log(1.1)), step)
+            self.prev = (lam, pfa)
+            return float(lam * np.exp(step) if above else lam / np.exp(step))
+        self.prev = None
         (l0, p0), (l1, p1) = self.lo, self.hi
         if l1 / l0 <= 1.0 + 1e-3:  # closed without Pfa entering the band
             self.final = True

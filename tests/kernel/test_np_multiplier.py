@@ -62,3 +62,28 @@ def test_an_unreachable_band_stops_with_a_warning():
         m = NeymanPearsonSVC(rho=0.2, C=0.5, kernel="linear", max_iter=200).fit(X, y)
     assert not m.converged_ and m.n_iter_ < 60
     assert max(h["lambda"] for h in m.history_) < 1e30
+
+
+@pytest.mark.parametrize("start", [50.0, 1 / 50])
+def test_the_search_steps_towards_the_band_along_the_pfa_slope(start):
+    """Before a bracket exists, lambda moves by the slope of logit(Pfa) in log lambda
+    over the last two steps (aimed at rho), never further than the growing factors
+    2, 4, 8, 16: on a smooth Pfa curve the band is reached in a few steps from 50x too
+    large or too small a multiplier (the factors alone overshoot: 50x lies between
+    2 * 4 and 2 * 4 * 8, and the secant search takes over from there)."""
+    from bigrate.kernel.svc import _MultiplierSearch
+
+    rho, eps, star = 0.1, 0.01, 1000.0
+
+    def pfa(lam):  # logistic in log lambda, decreasing, rho at lambda = star
+        z = np.log(rho / (1 - rho)) - 1.5 * np.log(lam / star)
+        return float(1 / (1 + np.exp(-z)))
+
+    search, lam, seen = _MultiplierSearch(rho, eps), start * star, []
+    while abs(pfa(lam) - rho) > eps:
+        new = search.next(lam, pfa(lam), settled=True)
+        assert max(new / lam, lam / new) <= 2.0 ** min(len(seen) + 1, 4) * (1 + 1e-12)
+        seen.append(lam)
+        lam = new
+        assert len(seen) <= 3, [(round(v), round(pfa(v), 4)) for v in seen]
+    assert len(seen) <= 3

@@ -28,19 +28,18 @@ def test_refit_along_c_starts_from_the_previous_solution(data):
     est.fit(X, y)
     assert est.warm_started_ and est.n_iter_ <= 2 < first_steps
     assert abs(est.history_[-1]["pfa"] - 0.1) <= est.epsilon + 1e-12
-    cold_scores, warm_steps, cold_steps = [], 0, 0
     for mult in (1.0, 3.0, 10.0):
         est.set_params(C=mult * n_pos).fit(X, y)
         assert est.warm_started_ and est.converged_
         assert est.history_[-1]["pfa"] <= 0.1 + est.epsilon + 1e-12
         cold = NeymanPearsonSVC(rho=0.1, gamma=0.2, C=mult * n_pos).fit(X, y)
         assert not cold.warm_started_
-        cold_scores.append(cold.history_[-1]["pnd"])
-        warm_steps += est.n_iter_
-        cold_steps += cold.n_iter_
+        # the kernel rows of the previous fit serve this one from its first solve
+        # (a cold fit computes about half of them again)
+        assert est.history_[0]["cache_hit_rate"] > 0.95
+        assert cold.history_[0]["cache_hit_rate"] < 0.8
         # about as good as the cold fit (a non-convex problem: not identical)
         assert est.history_[-1]["pnd"] <= cold.history_[-1]["pnd"] + 0.03
-    assert warm_steps < cold_steps
     # other rows, labels or kernel: a cold start, and the old cache is dropped
     assert not est.fit(X[:-1], y[:-1]).warm_started_
     assert not est.set_params(gamma=0.3).fit(X[:-1], y[:-1]).warm_started_
