@@ -72,6 +72,7 @@ class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._locked = False
+        self._results = None  # the task records, kept while locked
 
     # -- creation ---------------------------------------------------------------
     @classmethod
@@ -154,6 +155,7 @@ class RunDir:
         if self._locked:
             (self.path / ".lock").unlink(missing_ok=True)
             self._locked = False
+            self._results = None
 
     def locked_by(self) -> dict | None:
         lock = self.path / ".lock"
@@ -201,9 +203,19 @@ class RunDir:
         return f"point-{point:05d}-fold-{fold:03d}"
 
     def save_result(self, point: int, fold: int, record: dict) -> None:
-        self.write_json(f"results/{self.task_key(point, fold)}.json", record)
+        text = json.dumps(jsonable(record), indent=2) + "\n"
+        atomic_write_text(
+            self.path / "results" / f"{self.task_key(point, fold)}.json", text
+        )
+        if self._results is not None:  # as it reads back from the file
+            self._results[(int(point), int(fold))] = json.loads(text)
 
     def results(self) -> dict[tuple[int, int], dict]:
+        """Every task record in results/. While this process holds the run's lock (no
+        other process writes there), the records are read once and then kept up to date
+        by :meth:`save_result`, so a long sweep does not re-read all of them each time."""
+        if self._results is not None and self._locked:
+            return dict(self._results)
         out = {}
         for p in sorted((self.path / "results").glob("point-*-fold-*.json")):
             try:
@@ -211,7 +223,8 @@ class RunDir:
             except json.JSONDecodeError:  # pragma: no cover - writes are atomic
                 continue
             out[(int(rec["point"]), int(rec["fold"]))] = rec
-        return out
+        self._results = out if self._locked else None
+        return dict(out)
 
     def write_results_table(self) -> None:
         """Rewrite results.parquet from the per-task files (atomically)."""

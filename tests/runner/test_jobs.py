@@ -195,6 +195,36 @@ def test_two_runs_never_share_a_run_directory(tmp_path, synth):
     other.unlock()
 
 
+def test_task_records_read_once_while_the_run_is_locked(tmp_path):
+    """The process holding a run's lock reads results/ once and keeps the records up
+    to date as it saves them (a long sweep does not re-read every file at every table
+    rewrite); what it returns is what the files say; a reader without the lock reads
+    the files every time."""
+    from bigrate.rundir import RunDir
+
+    run = RunDir.create(tmp_path / "runs", "x", None, {"job": {}})  # locked
+    run.save_result(0, 0, {"point": 0, "fold": 0, "status": "ok",
+                           "metrics": {"J_val": np.float64(0.25)}})  # fmt: skip
+    reader = RunDir.open(run.path)  # no lock
+    assert reader.results() == run.results()
+    # a file written behind the locked run's back is not seen by it (only it writes
+    # there), but is by the reader
+    (run.path / "results" / "point-00009-fold-000.json").write_text(
+        json.dumps({"point": 9, "fold": 0, "status": "ok", "metrics": {}})
+    )
+    assert (9, 0) not in run.results() and (9, 0) in reader.results()
+    run.save_result(1, 2, {"point": 1, "fold": 2, "status": "failed", "error": "x"})
+    got = run.results()
+    assert got[(1, 2)] == json.loads(
+        (run.path / "results" / "point-00001-fold-002.json").read_text()
+    )
+    assert got[(0, 0)]["metrics"]["J_val"] == 0.25
+    got.clear()  # a copy: the kept records are not the caller's
+    assert len(run.results()) == 2
+    run.unlock()  # without the lock, the files again
+    assert sorted(run.results()) == [(0, 0), (1, 2), (9, 0)]
+
+
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, synth):
     body = sweep_job(
         synth,
