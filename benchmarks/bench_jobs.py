@@ -8,11 +8,11 @@ overhead: an NP training job through `bigrate run` vs calling the estimator dire
           test Pfa / Pnd of both; cluster start-up is read from the run's event log and
           reported separately.
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
-          (sequential), Dask (2 workers) and Ray (2 CPUs), with the default batching of
-          short tasks ([sweep] batch_seconds = 1) and without (batch_seconds = 0), and
-          with longer tasks (more epochs); engine start-up and the workers' warm-up
-          (imports and compiled kernels, on every engine, the local one included)
-          reported separately.
+          (sequential), Dask (2 workers) and Ray (2 CPUs), with batching of short
+          tasks ([sweep] batch_seconds = 1) and without (the default), for tasks of
+          5, 10 and 40 epochs (~25 ms, ~45 ms, ~150 ms); engine start-up and the
+          workers' warm-up (imports and compiled kernels, on every engine, the local
+          one included) reported separately.
 
     python benchmarks/bench_jobs.py --only sweep
 
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -64,6 +66,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=804_414)
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--only", choices=["train", "sweep"])
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each sweep")
     a = ap.parse_args()
     out = Path(a.out)
     work = out / "jobs"
@@ -72,7 +75,7 @@ def main() -> None:
     if a.only != "sweep":
         _train(a, out, work, res)
     if a.only != "train":
-        _sweeps(out, work, res)
+        _sweeps(out, work, res, a.repeats)
     from bigrate.files import atomic_write_text
 
     name = "jobs.json" if a.only is None else f"jobs_{a.only}.json"
@@ -148,7 +151,7 @@ dir = "{out}"
         print(engine, res[f"train_{engine}"], flush=True)
 
 
-def _sweeps(out: Path, work: Path, res: dict) -> None:
+def _sweeps(out: Path, work: Path, res: dict, repeats: int = 3) -> None:
     from datetime import datetime
 
     from bigrate.data.prep import run_recipe
@@ -175,52 +178,65 @@ workers = 2
 [output]
 dir = "{out}"
 """
-    for epochs in (5, 40):
-        for engine, batch in (("local", 0), ("dask", 1), ("dask", 0), ("ray", 1),
-                              ("ray", 0)):  # fmt: skip
-            key = f"sweep_{engine}_epochs{epochs}" + ("_unbatched" if engine != "local"
-                                                      and batch == 0 else "")  # fmt: skip
-            job = _job(
-                work / f"{key}.toml",
-                sweep.format(
-                    data=a9a,
-                    engine=engine,
-                    out=work / "runs",
-                    epochs=epochs,
-                    batch=batch,
-                ),  # fmt: skip
-            )
-            wall, run = _run(job)
-            ev = _events(run)
-            t0 = ev["sweep_started"]["time"]
-            t1 = ev["sweep_selected"]["time"]
-            span = (
-                datetime.fromisoformat(t1) - datetime.fromisoformat(t0)
-            ).total_seconds()
-            waves = [
-                json.loads(line)
-                for line in (run / "events.jsonl").read_text().splitlines()
-                if '"sweep_wave"' in line
-            ]
-            task_s = [
-                json.loads(p.read_text())["seconds"]
-                for p in (run / "results").glob("*.json")
-            ]
-            res[key] = {
-                "tasks": 36,
-                "median_task_s": float(sorted(task_s)[len(task_s) // 2]),
-                "sweep_s": span,
-                "tasks_per_s": 36 / span,
-                "engine_startup_s": ev["engine_started"]["seconds"],
-                "worker_warm_up_s": ev.get("engine_warm", {}).get("seconds"),
-                "bigrate_run_wall_s": wall,
-                "batches": [w["batch"] for w in waves],
-            }
-            print(key, res[key], flush=True)
+    configs = [(engine, batch) for engine, batch in
+               (("local", 0), ("dask", 1), ("dask", 0), ("ray", 1), ("ray", 0))]  # fmt: skip
+    runs: dict = {}
+    # every configuration `repeats` times, interleaved (this machine is shared: the
+    # median of the repeats, not one run, is reported)
+    for rep in range(repeats):
+        for epochs in (5, 10, 40):
+            for engine, batch in configs:
+                key = f"sweep_{engine}_epochs{epochs}" + (
+                    "_unbatched" if engine != "local" and batch == 0 else ""
+                )
+                body = sweep.format(data=a9a, engine=engine, out=work / "runs",
+                                    epochs=epochs, batch=batch)  # fmt: skip
+                wall, run = _run(_job(work / f"{key}.toml", body))
+                ev = _events(run)
+                t0 = ev["sweep_started"]["time"]
+                t1 = ev["sweep_selected"]["time"]
+                span = (
+                    datetime.fromisoformat(t1) - datetime.fromisoformat(t0)
+                ).total_seconds()
+                waves = [
+                    json.loads(line)
+                    for line in (run / "events.jsonl").read_text().splitlines()
+                    if '"sweep_wave"' in line
+                ]
+                task_s = [
+                    json.loads(p.read_text())["seconds"]
+                    for p in (run / "results").glob("*.json")
+                ]
+                one = {
+                    "median_task_s": float(sorted(task_s)[len(task_s) // 2]),
+                    "sweep_s": span,
+                    "engine_startup_s": ev["engine_started"]["seconds"],
+                    "worker_warm_up_s": ev.get("engine_warm", {}).get("seconds"),
+                    "bigrate_run_wall_s": wall,
+                    "batches": [w["batch"] for w in waves],
+                }
+                runs.setdefault((epochs, key), []).append(one)
+                print(rep, key, one, flush=True)
+    for (epochs, key), reps in runs.items():
+        med = float(np.median([r["sweep_s"] for r in reps]))
+        res[key] = {
+            "tasks": 36,
+            "epochs": epochs,
+            "repeats": len(reps),
+            "sweep_s_each": [r["sweep_s"] for r in reps],
+            "sweep_s": med,
+            "tasks_per_s": 36 / med,
+            **{
+                k: float(np.median([r[k] for r in reps]))
+                for k in ("median_task_s", "engine_startup_s", "worker_warm_up_s")
+            },  # fmt: skip
+            "batches": reps[-1]["batches"],
+        }
+    for epochs in (5, 10, 40):
         local = res[f"sweep_local_epochs{epochs}"]["tasks_per_s"]
-        for k in list(res):
-            if k.startswith("sweep_") and k.split("_epochs")[1].startswith(str(epochs)):
-                res[k]["throughput_vs_local"] = res[k]["tasks_per_s"] / local
+        for k, v in res.items():
+            if k.startswith("sweep_") and v["epochs"] == epochs:
+                v["throughput_vs_local"] = v["tasks_per_s"] / local
 
 
 if __name__ == "__main__":
