@@ -131,6 +131,23 @@ class RowBlock:
             group=None if self.group is None else self.group[rows],
         )
 
+    def slice(self, start: int, stop: int) -> RowBlock:
+        """Rows ``start:stop`` without copying the features: the CSR arrays of the
+        result are views of this block's (only the row offsets are new)."""
+        X = self.X
+        a, b = int(X.indptr[start]), int(X.indptr[stop])
+        Xs = sp.csr_matrix(
+            (X.data[a:b], X.indices[a:b], X.indptr[start : stop + 1] - a),
+            shape=(stop - start, X.shape[1]),
+            copy=False,
+        )
+        return RowBlock(
+            X=Xs,
+            y=self.y[start:stop],
+            row_id=self.row_id[start:stop],
+            group=None if self.group is None else self.group[start:stop],
+        )
+
     @staticmethod
     def concat(blocks: list[RowBlock]) -> RowBlock:
         """Stack blocks row-wise (the widest block sets the number of columns)."""

@@ -239,7 +239,7 @@ class _ShardClassStream:
         up to ``buffer_rows`` rows, and permute."""
         parts = []
         if self.buf is not None and self.at < len(self.buf):
-            parts.append(self.buf.take(np.arange(self.at, len(self.buf))))
+            parts.append(self.buf.slice(self.at, len(self.buf)))
         have = sum(len(p) for p in parts)
         read = 0
         while have < self.buffer_rows and read < len(self.units):
@@ -264,7 +264,7 @@ class _ShardClassStream:
                 self._refill()
                 left = len(self.buf) - self.at
             m = min(k, left)
-            out.append(self.buf.take(np.arange(self.at, self.at + m)))
+            out.append(self.buf.slice(self.at, self.at + m))
             self.at += m
             k -= m
         return RowBlock.concat(out)

@@ -1,0 +1,61 @@
+"""RowBlock: zero-copy row slices, and stacking slices of blocks of different widths."""
+
+import numpy as np
+import scipy.sparse as sp
+
+from bigrate.data.format import RowBlock
+
+
+def _block(rng, n, d, density=0.1, with_group=False):
+    X = sp.random(n, d, density=density, format="csr", random_state=rng,
+                  dtype=np.float32)  # fmt: skip
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    y = rng.choice(np.array([-1, 1], dtype=np.int8), n)
+    group = np.array([f"g{i % 3}" for i in range(n)]) if with_group else None
+    return RowBlock(X=X, y=y, row_id=rng.integers(0, 10**9, n), group=group)
+
+
+def _same(a: RowBlock, b: RowBlock):
+    assert a.X.shape == b.X.shape
+    assert (a.X != b.X).nnz == 0
+    np.testing.assert_array_equal(a.X.indptr, b.X.indptr)
+    np.testing.assert_array_equal(a.X.indices, b.X.indices)
+    np.testing.assert_array_equal(a.y, b.y)
+    np.testing.assert_array_equal(a.row_id, b.row_id)
+    if a.group is None:
+        assert b.group is None
+    else:
+        np.testing.assert_array_equal(a.group, b.group)
+
+
+def test_slice_is_a_view_with_the_rows_of_take():
+    rng = np.random.default_rng(0)
+    blk = _block(rng, 300, 40, with_group=True)
+    for start, stop in ((0, 300), (0, 1), (17, 211), (299, 300), (120, 120)):
+        s = blk.slice(start, stop)
+        _same(s, blk.take(np.arange(start, stop)))
+        if stop - start > 1:  # (scipy copies a one-row matrix's arrays)
+            assert np.shares_memory(s.X.data, blk.X.data)  # no copy of the features
+            assert np.shares_memory(s.X.indices, blk.X.indices)
+        assert s.X.indices.dtype == np.int32 and s.X.data.dtype == np.float32
+
+
+def test_concat_of_slices_and_widths_matches_scipy_vstack():
+    rng = np.random.default_rng(1)
+    blocks = [_block(rng, n, d) for n, d in ((50, 30), (0, 30), (80, 45), (1, 10))]
+    parts = [blocks[0].slice(10, 40), blocks[1], blocks[2].slice(5, 80), blocks[3]]
+    got = RowBlock.concat(parts)
+    width = 45
+    want = sp.vstack(
+        [sp.csr_matrix((p.X.data, p.X.indices, p.X.indptr), shape=(len(p), width))
+         for p in parts], format="csr")  # fmt: skip
+    assert got.X.shape == (sum(len(p) for p in parts), width)
+    assert (got.X != want).nnz == 0
+    assert got.X.indices.dtype == np.int32 and got.X.data.dtype == np.float32
+    assert got.X.has_sorted_indices
+    np.testing.assert_array_equal(got.y, np.concatenate([p.y for p in parts]))
+    np.testing.assert_array_equal(got.row_id, np.concatenate([p.row_id for p in parts]))
+    # the stacked arrays are new: changing them leaves the sources alone
+    got.X.data[:] = -7.0
+    assert not np.any(blocks[0].X.data == -7.0)
