@@ -139,6 +139,7 @@ def sgd_round(
     """One worker's share of a round: ``steps`` steps from ``state`` over its own
     row-group ``units``, read from ``dataset_path`` where the task runs (decoded row
     groups are kept in a per-process cache of ``cache_mb`` MiB across rounds)."""
+    t0 = time.perf_counter()
     ds = ShardedDataset(dataset_path)
     cache = process_cache(cache_mb)
     sampler = ShardSampler(
@@ -159,6 +160,26 @@ def sgd_round(
         "pid": os.getpid(),
         "cache_hits": cache.hits,
         "cache_misses": cache.misses,
+        "seconds": time.perf_counter() - t0,  # reading, decoding and steps
+    }
+
+
+def _round_costs(timing: list, st: SGDState) -> dict:
+    """Where a round's time goes, medians over this fit's rounds: the tasks' wall
+    time seen by the driver, the slowest and the mean task (reading, decoding and
+    steps, measured inside the task), what the driver waits beyond the slowest task
+    (the state and the task sent, scheduling, the results returned: communication and
+    scheduling), the merge, and the bytes of the state sent to each worker and back."""
+    if not timing:
+        return {}
+    t = np.array(timing, dtype=float)
+    return {
+        "round_tasks_wall_s": float(np.median(t[:, 0])),
+        "round_slowest_task_s": float(np.median(t[:, 2])),
+        "round_mean_task_s": float(np.median(t[:, 3])),
+        "round_comm_sched_s": float(np.median(t[:, 0] - t[:, 2])),
+        "round_merge_s": float(np.median(t[:, 1])),
+        "state_bytes": int(st.w.nbytes + 3 * 8),
     }
 
 
@@ -287,6 +308,7 @@ def fit_distributed(
                         schedule)  # fmt: skip
 
     last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
+    timing: list = []  # a round's (tasks' wall, merge, slowest task, mean task) seconds
     try:
         while rnd < est.epochs * rounds_per_epoch:
             epoch, r = divmod(rnd, rounds_per_epoch)
@@ -308,9 +330,13 @@ def fit_distributed(
                 raise ValueError(
                     f"{ds.path}: no worker holds row groups of both classes"
                 )
+            tw = time.perf_counter()
             results = engine.run(sgd_round, args, retries=retries)
+            tm = time.perf_counter()
             new = merge_states([res["state"] for res in results])
             round_stats = sum(res["stats"] for res in results)
+            secs = [res["seconds"] for res in results]
+            timing.append((tm - tw, time.perf_counter() - tm, max(secs), np.mean(secs)))
             # the round is done: commit it (a KeyboardInterrupt before this line
             # leaves the previous round as the last finished one)
             st, stats, n_tasks = new, stats + round_stats, n_tasks + len(results)
@@ -348,5 +374,6 @@ def fit_distributed(
         "workers": n_w,
         "rounds": rnd,
         "steps_per_round": steps,
+        **_round_costs(timing, st),
     }
     return est

@@ -51,6 +51,14 @@ def test_two_workers_match_single_process(dask_engine, dataset):
     w1, w2 = single.coef_.ravel(), dist.coef_.ravel()
     assert w1 @ w2 / np.linalg.norm(w1) / np.linalg.norm(w2) > 0.95
     assert dist.engine_["workers"] == 2 and len(dist.history_) == 6
+    # where a round's time goes (BENCHMARKS' communication table is made of these)
+    e = dist.engine_
+    assert (
+        e["round_tasks_wall_s"] >= e["round_slowest_task_s"] >= e["round_mean_task_s"]
+    )
+    assert e["round_mean_task_s"] > 0 and e["round_merge_s"] > 0
+    assert e["round_comm_sched_s"] >= 0  # the driver waits at least the slowest task
+    assert e["state_bytes"] == dist.coef_.size * 8 + 24
     # deterministic for a given seed and worker count
     again = fit_distributed(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
     np.testing.assert_array_equal(again.coef_, dist.coef_)
