@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -259,47 +260,39 @@ def bench_scale(out: Path, rows: int, repeats: int = 3) -> dict:
             pickle.loads(pickle.dumps(st))
         ser = 2 * (time.perf_counter() - t)  # the state out and back
         per_w[w] = {"merge_s": merge, "serialise_s": ser}
-    # the model: a round = the slowest task (the round's steps split over W workers,
-    # each task's fixed cost kept) + scheduling (the 2-worker figure) + the state to
-    # and from every worker through the driver's link + serialisation + merge
+    # the model, per epoch at W workers (the schedule of fit_distributed: rounds =
+    # max(4, ceil(E / (W * 2 buffer_rows))) rounds of ceil(E / (W rounds)) steps a
+    # worker): a round = a task (the 1-worker time a step, reading and decoding
+    # included, times its steps: one core a worker, no contention) + scheduling (the
+    # 2-worker figure, loopback) + the state to and from every worker through the
+    # driver's link + (un)pickling + merge, all measured above
     r1, r2 = res["workers_1_round"], res["workers_2_round"]
-    if r1["steps_per_round"] != r2["steps_per_round"]:
-        per_step = (r1["round_mean_task_s"] - r2["round_mean_task_s"]) / (
-            r1["steps_per_round"] - r2["steps_per_round"]
-        )
-    else:
-        per_step = r1["round_mean_task_s"] / r1["steps_per_round"]
-    per_step = max(per_step, 0.0)
-    fixed = max(r2["round_mean_task_s"] - per_step * r2["steps_per_round"], 0.0)
-    steps_1 = r1["steps_per_round"]  # a round's steps on one worker
+    per_step = r1["round_mean_task_s"] / r1["steps_per_round"]
+    per_epoch = r1["steps_per_round"] * r1["rounds"] // 2  # 2 epochs were fitted
+    cap = 2 * NeymanPearsonSGD().buffer_rows
     link = 1.25e9  # bytes/s: a 10 Gbit/s link at the driver
     model = {}
     for w in (1, 2, 8, 32, 128):
-        task = fixed + per_step * steps_1 / w
+        rounds = max(4, math.ceil(per_epoch / (w * cap)))
+        steps = math.ceil(per_epoch / (w * rounds))
+        task = per_step * steps
         comm = 2 * w * r2["state_bytes"] / link
         drv = per_w[w]["merge_s"] + per_w[w]["serialise_s"]
         rnd = task + r2["round_comm_sched_s"] + comm + drv
-        one = (
-            fixed
-            + per_step * steps_1
-            + r1["round_comm_sched_s"]
-            + (
-                per_w[1]["merge_s"]
-                + per_w[1]["serialise_s"]
-                + 2 * r1["state_bytes"] / link
-            )
-        )
         model[w] = {
+            "rounds_per_epoch": rounds,
+            "steps_per_task": steps,
             "task_s": task,
             "sched_s": r2["round_comm_sched_s"],
             "transfer_s": comm,
             "driver_merge_serialise_s": drv,
             "round_s": rnd,
-            "speedup_vs_1": one / rnd,
+            "epoch_s": rounds * rnd,
             "communication_share": (r2["round_comm_sched_s"] + comm + drv) / rnd,
         }
+    for w in model:
+        model[w]["speedup_vs_1"] = model[1]["epoch_s"] / model[w]["epoch_s"]
     res["per_step_s"] = per_step
-    res["task_fixed_s"] = fixed
     res["driver_costs_by_workers"] = per_w
     res["model_by_workers"] = model
     _save(out, "sgd_scale", res)
