@@ -135,6 +135,7 @@ def sgd_round(
     batch_rows: int,
     holdout,
     cache_mb: float = 0.0,
+    shuffle_block: int = 1,
 ) -> dict:
     """One worker's share of a round: ``steps`` steps from ``state`` over its own
     row-group ``units``, read from ``dataset_path`` where the task runs (decoded row
@@ -151,6 +152,7 @@ def sgd_round(
         batch_rows=batch_rows,
         holdout=holdout,
         cache=cache,
+        shuffle_block=shuffle_block,
     )
     stats = np.zeros(6)
     new = steps_from(cfg, state, sampler, steps, stats)
@@ -324,7 +326,7 @@ def fit_distributed(
                     continue  # a worker with no shard of one class sits this round out
                 args.append(
                     (ds.path, mine, cfg, st, steps, [seed, rnd, k], 1 << 40,
-                     est.batch_rows, plan.holdout, cache_mb)
+                     est.batch_rows, plan.holdout, cache_mb, est.shuffle_block)
                 )  # fmt: skip
             if not args:
                 raise ValueError(

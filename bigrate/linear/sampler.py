@@ -209,10 +209,12 @@ class _ShardClassStream:
         rng: np.random.Generator,
         holdout: tuple[float, int] | None,
         cache: RowGroupCache | None = None,
+        block: int = 1,
     ):
         if not units:
             raise ValueError("empty shard list: this class has no row groups to read")
         self.ds, self.units = dataset, list(units)
+        self.block = block
         self.buffer_rows, self.batch_rows = buffer_rows, batch_rows
         self.rng, self.holdout = rng, holdout
         self.cache = cache if cache is not None else RowGroupCache(0.0)
@@ -236,7 +238,8 @@ class _ShardClassStream:
 
     def _refill(self) -> None:
         """Keep the rows not yet drawn, add row groups (at most one pass over the class)
-        up to ``buffer_rows`` rows, and permute."""
+        up to ``buffer_rows`` rows, and permute them (by blocks of ``block`` rows: the
+        gather then reads each block's rows from one stretch of memory)."""
         parts = []
         if self.buf is not None and self.at < len(self.buf):
             parts.append(self.buf.slice(self.at, len(self.buf)))
@@ -253,7 +256,8 @@ class _ShardClassStream:
                 "this class has no rows left after the calibration hold-out"
             )
         merged = RowBlock.concat(parts)
-        self.buf = merged.take(self.rng.permutation(len(merged)))
+        order = block_permutation(np.arange(len(merged)), self.rng, self.block)
+        self.buf = merged.take(order)
         self.at = 0
 
     def take(self, k: int) -> RowBlock:
@@ -295,6 +299,7 @@ class ShardSampler:
         batch_rows: int = 32_768,
         holdout: tuple[float, int] | None = None,
         cache: RowGroupCache | None = None,
+        shuffle_block: int = 1,
     ):
         self.ds, self.mode = dataset, mode
         self.rng = np.random.default_rng(seed)
@@ -310,11 +315,13 @@ class ShardSampler:
         self.n_pos = sum(f.rows for f in {u[0] for u in pos})
         self.n_neg = sum(f.rows for f in {u[0] for u in neg})
         self.pos = _ShardClassStream(
-            dataset, pos, buffer_rows, batch_rows, self.rng, holdout, cache
-        )
+            dataset, pos, buffer_rows, batch_rows, self.rng, holdout, cache,
+            shuffle_block,
+        )  # fmt: skip
         self.neg = _ShardClassStream(
-            dataset, neg, buffer_rows, batch_rows, self.rng, holdout, cache
-        )
+            dataset, neg, buffer_rows, batch_rows, self.rng, holdout, cache,
+            shuffle_block,
+        )  # fmt: skip
         self.last_row_ids: np.ndarray | None = None
 
     def next(self, steps: int):

@@ -102,14 +102,16 @@ def test_block_permutation_visits_blocks_whole_in_random_orders():
     assert not np.array_equal(block_permutation(items, rng, 1), items)
 
 
+@pytest.mark.parametrize("block", [1, 64])
 @pytest.mark.parametrize("buffer_rows", [100, 1000, 4096])
-def test_streaming_draws_every_row_once_per_pass(shards, buffer_rows):
+def test_streaming_draws_every_row_once_per_pass(shards, buffer_rows, block):
     """Streaming, a class's rows come without replacement through the shuffle buffer:
     every pass over the class's row groups reads each row once, and each row read is
     drawn once or is still waiting in the buffer. So, exactly, for every row: times
     drawn + copies left in the buffer = passes that have read its row group."""
     ds = shards
-    s = ShardSampler(ds, "balanced", 7, buffer_rows=buffer_rows, batch_rows=512)
+    s = ShardSampler(ds, "balanced", 7, buffer_rows=buffer_rows, batch_rows=512,
+                     shuffle_block=block)  # fmt: skip
     drawn = []
     for steps in (777, 4096, 50, 3000, 4096, 4096, 123):
         X, yy, order = s.next(steps)
@@ -130,6 +132,27 @@ def test_streaming_draws_every_row_once_per_pass(shards, buffer_rows):
             np.testing.assert_array_equal(counts[ids] + waiting[ids], reads)
             checked += len(ids)
         assert checked in (N_POS, N_NEG) and stream.passes >= 2
+
+
+def test_streaming_buffer_is_shuffled_by_blocks(shards):
+    """With ``shuffle_block`` the shuffle buffer keeps each block of consecutive rows
+    together (in a random order inside it): 64 neighbouring buffer rows then come from a
+    short stretch of a row group (row ids close together), where a plain permutation
+    spreads them over the whole buffer."""
+
+    def spans(block):
+        s = ShardSampler(shards, "balanced", 7, buffer_rows=2048, batch_rows=512,
+                         shuffle_block=block)  # fmt: skip
+        s.next(16)
+        ids = s.neg.buf.row_id
+        w = ids[: len(ids) // 64 * 64].reshape(-1, 64)
+        return np.median(w.max(1) - w.min(1)), ids
+
+    blocked, ids = spans(64)
+    plain, _ = spans(1)
+    assert blocked < plain / 4, (blocked, plain)
+    assert len(np.unique(ids)) == len(ids)  # still each row once in the buffer
+    assert not np.all(np.diff(ids[:64]) > 0)  # and shuffled inside a block
 
 
 def test_pairs_draw_one_of_each_class(shards):
