@@ -33,7 +33,12 @@ class DaskEngine(Engine):
     n_workers : int, optional
         Embedded cluster size (default: the number of CPUs, at most 8).
     memory_limit : str or int
-        Per-worker memory limit of the embedded cluster (e.g. "1GiB").
+        Per-worker memory limit of the embedded cluster (e.g. "1GiB"). Its workers do
+        not pause at 80% of it (Dask's default): bigrate's tasks bound their own memory
+        (shuffle buffers, a row-group cache of a quarter of the limit), and a worker
+        paused with memory its allocator keeps never resumes, so a fit would wait
+        forever (seen at 1 GiB on 5x RCV1-scale shards). A worker past 95% is still
+        restarted by its nanny and its task run again.
     timeout : float
         Seconds to reach the scheduler at ``address`` before giving up with
         :class:`~bigrate.engines.base.EngineConnectError`.
@@ -69,20 +74,24 @@ class DaskEngine(Engine):
                     "scheduler and that its TLS settings match"
                 ) from None
         else:
+            import dask
+
             n = n_workers or min(os.cpu_count() or 1, 8)
-            self.cluster = LocalCluster(
-                host="127.0.0.1",
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit=memory_limit,
-                # a random loopback port either way: the scheduler's HTTP server
-                # (health, metrics) never takes 8787 from another cluster here
-                dashboard_address="127.0.0.1:0",
-                worker_dashboard_address="127.0.0.1:0",
-                scheduler_kwargs={"dashboard": bool(dashboard)},
-                silence_logs=logging.ERROR if quiet else logging.WARNING,
-            )
+            # the nannies hand this configuration to the workers they (re)start
+            with dask.config.set({"distributed.worker.memory.pause": False}):
+                self.cluster = LocalCluster(
+                    host="127.0.0.1",
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    memory_limit=memory_limit,
+                    # a random loopback port either way: the scheduler's HTTP server
+                    # (health, metrics) never takes 8787 from another cluster here
+                    dashboard_address="127.0.0.1:0",
+                    worker_dashboard_address="127.0.0.1:0",
+                    scheduler_kwargs={"dashboard": bool(dashboard)},
+                    silence_logs=logging.ERROR if quiet else logging.WARNING,
+                )
             self.client = Client(self.cluster)
         self._known = self._worker_ids()
 

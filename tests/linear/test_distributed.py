@@ -38,6 +38,27 @@ def test_cluster_is_on_loopback(dask_engine):
     assert dask_engine.client.scheduler.address.startswith("tcp://127.0.0.1:")
 
 
+def _pause_setting():
+    import dask
+
+    return dask.config.get("distributed.worker.memory.pause")
+
+
+def test_embedded_workers_never_pause_but_still_terminate(dask_engine):
+    """The embedded cluster's workers do not pause at 80% memory (a paused worker
+    whose memory the allocator keeps never resumes: the fit would wait forever), and the
+    nanny's restart past 95% stays; the driver's own configuration is not changed."""
+    import dask
+
+    got = dask_engine.client.run(_pause_setting)
+    assert len(got) == 2 and set(got.values()) == {False}
+    terminate = dask_engine.client.run(
+        lambda: dask.config.get("distributed.worker.memory.terminate")
+    )
+    assert set(terminate.values()) == {0.95}
+    assert _pause_setting() == 0.8
+
+
 def test_two_workers_match_single_process(dask_engine, dataset):
     from bigrate.linear import fit_distributed
 
