@@ -14,6 +14,10 @@ set -euo pipefail
 HOST="${HOST:-127.0.0.1}"
 NWORKERS="${NWORKERS:-1}"
 MEMORY_LIMIT="${MEMORY_LIMIT:-4GiB}"
+# no pause at 80% of the limit (as bigrate's embedded cluster): bigrate's tasks bound their
+# own memory, and a worker paused with memory its allocator keeps never resumes, so a fit
+# would wait forever; the nanny still restarts a worker past 95% and its task runs again
+export DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE="${DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE:-False}"
 args=("$SCHEDULER" --host "$HOST" --nworkers "$NWORKERS" --nthreads 1
       --memory-limit "$MEMORY_LIMIT" --no-dashboard --dashboard-address "$HOST:0")
 if [ -n "${TLS_DIR:-}" ]; then
