@@ -101,6 +101,17 @@ def test_dask_scripts_bind_loopback(dask_cluster):
     assert listening_ports(pids) <= {"127.0.0.1"}
 
 
+def test_dask_worker_script_turns_the_memory_pause_off(dask_cluster):
+    from dask.distributed import Client
+
+    with Client(dask_cluster[0], timeout="60s") as c:
+        # a lambda travels by value: these workers cannot import the tests package
+        got = c.run(
+            lambda: __import__("dask").config.get("distributed.worker.memory.pause")
+        )
+    assert len(got) == 2 and set(got.values()) == {False}
+
+
 def test_train_job_on_dask_by_address_survives_a_killed_worker(
     tmp_path, synth, dask_cluster
 ):
