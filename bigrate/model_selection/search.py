@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from bigrate.base import RateClassifierMixin, binary_classes
 from bigrate.engines import open_engine
 from bigrate.model_selection.sweep import (
+    SharedFolds,
     c_chains,
     cv_splits,
     fit_fold,
@@ -136,14 +137,11 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
             with open_engine(
                 self.engine, self.address, n_workers=self.n_workers, dashboard=False
             ) as eng:
-                handle = None
+                folds = SharedFolds(eng, lambda: (X, y, splits))
 
                 def task_args(i, k):
-                    nonlocal handle
-                    if handle is None:
-                        handle = eng.put((X, y))
-                    return (type(base), {**params0, **points[i]}, handle,
-                            splits[k][0], splits[k][1], {"rho": rho})  # fmt: skip
+                    return (type(base), {**params0, **points[i]}, *folds(k),
+                            {"rho": rho})  # fmt: skip
 
                 def chain_args(ps, k):
                     *_, handle_, tr, te, target = task_args(ps[0], k)

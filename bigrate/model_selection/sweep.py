@@ -28,6 +28,7 @@ SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
 
 __all__ = [
     "SELECT",
+    "SharedFolds",
     "cv_splits",
     "fit_fold",
     "fit_fold_path",
@@ -87,6 +88,25 @@ def cv_splits(
                     f"{np.unique(y[idx]).tolist()}; each fold needs both classes"
                 )
     return out
+
+
+class SharedFolds:
+    """The in-memory data of a k-fold sweep and each fold's (train, test) rows, sent to
+    the engine's workers once, on first use, instead of with every task: ``folds(k)``
+    is ``(data, train_rows, test_rows)`` as engine handles (``load()`` gives ``(X, y,
+    splits)``; it runs once)."""
+
+    def __init__(self, engine, load: Callable[[], tuple]):
+        self.engine, self.load = engine, load
+        self.handles = None
+
+    def __call__(self, k: int) -> tuple:
+        if self.handles is None:
+            X, y, splits = self.load()
+            put = self.engine.put
+            self.handles = (put((X, y)), [(put(a), put(b)) for a, b in splits])
+        data, folds = self.handles
+        return (data, *folds[k])
 
 
 def _record(metrics: dict, t0: float, **extra) -> dict:

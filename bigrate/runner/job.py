@@ -11,6 +11,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.engines import open_engine as _open
 from bigrate.metrics import evaluate_split, rate_target
 from bigrate.model_selection.sweep import (
+    SharedFolds,
     c_chains,
     fit_fold,
     fit_fold_path,
@@ -200,7 +201,6 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     cls = entry(spec.estimator).load()
     defaults = cls().get_params()
     with open_engine(spec, run, progress) as eng:
-        cache = {}
         events = _cluster_events(eng, run, progress)
         t = time.perf_counter()
         try:  # imports and compiled kernels loaded on every worker before the sweep
@@ -211,25 +211,21 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
                 "engine_warm", seconds=time.perf_counter() - t, error=str(e)[:500]
             )
 
+        def load_train():  # the train split and its folds, read once
+            from sklearn.model_selection import StratifiedKFold
+
+            whole = ds.to_csr("train")
+            kfold = StratifiedKFold(n_folds, shuffle=True, random_state=spec.seed)
+            return whole.X, whole.y, list(kfold.split(whole.X, whole.y))
+
+        folds = SharedFolds(eng, load_train)
+
         def task_args(p, k):
             params = {**base, **points[p]}
             target = rate_target({**defaults, **params})
             if spec.cv == "val":
                 return (cls, params, ds.path, target)
-            if "data" not in cache:  # the train split, read and sent to workers once
-                from sklearn.model_selection import StratifiedKFold
-
-                whole = ds.to_csr("train")
-                cache["splits"] = list(
-                    StratifiedKFold(
-                        n_folds, shuffle=True, random_state=spec.seed
-                    ).split(whole.X, whole.y)
-                )
-                cache["data"] = eng.put((whole.X, whole.y))
-                # each fold's rows sent once too, not with every task (a9a: 260 KB)
-                cache["splits"] = [(eng.put(a), eng.put(b)) for a, b in cache["splits"]]
-            tr, te = cache["splits"][k]
-            return (cls, params, cache["data"], tr, te, target)
+            return (cls, params, *folds(k), target)
 
         def chain_args(ps, k):  # warm starts along C: one task a chain and fold
             *_, data, tr, te, target = task_args(ps[0], k)

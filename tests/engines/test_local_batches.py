@@ -1,3 +1,5 @@
+import numpy as np
+
 from bigrate.engines.local import LocalEngine
 from bigrate.model_selection.sweep import run_sweep
 from bigrate.rundir import MemoryStore
@@ -44,3 +46,30 @@ def test_a_record_saved_without_its_event_gets_it_on_resume(tmp_path):
         True
     ]
     assert (tmp_path / "results" / "point-00001-fold-001.json").read_bytes() == before
+
+
+def test_shared_folds_load_and_send_once():
+    """A sweep's data and fold rows go to the workers once: loaded on first use, the
+    same handles for every task of a fold afterwards."""
+    from bigrate.engines import open_engine
+    from bigrate.model_selection.sweep import SharedFolds
+
+    X, y = np.arange(12.0).reshape(6, 2), np.array([1, -1] * 3)
+    splits = [(np.array([0, 1, 2]), np.array([3, 4, 5])),
+              (np.array([3, 4, 5]), np.array([0, 1, 2]))]  # fmt: skip
+    loads = []
+
+    def load():
+        loads.append(1)
+        return X, y, splits
+
+    with open_engine("local") as eng:
+        folds = SharedFolds(eng, load)
+        assert not loads  # nothing read before the first task
+        a, b = folds(1), folds(1)
+        data, tr, te = a
+        assert len(loads) == 1 and all(p is q for p, q in zip(a, b, strict=True))
+        assert data[0] is X and data[1] is y
+        np.testing.assert_array_equal(tr, splits[1][0])
+        np.testing.assert_array_equal(te, splits[1][1])
+        assert folds(0)[0] is data and len(loads) == 1

@@ -219,3 +219,26 @@ def test_dask_map_batched_and_sweep_batches(dask_engine):
 
     check_map_batched(dask_engine)
     check_sweep_batches_short_tasks(dask_engine)
+
+
+def test_shared_folds_are_sent_once_on_dask(dask_engine):
+    """On a cluster the sweep's fold rows are handles to data already on the workers,
+    the same for every task of the fold, and tasks receive the arrays themselves."""
+    from bigrate.model_selection.sweep import SharedFolds
+
+    X, y = np.arange(12.0).reshape(6, 2), np.array([1, -1] * 3)
+    tr, te = np.array([0, 2, 4]), np.array([1, 3, 5])
+    folds = SharedFolds(dask_engine, lambda: (X, y, [(tr, te)]))
+    first, again = folds(0), folds(0)
+    assert _keys(first) == _keys(again)
+    got = dask_engine.run(_fold_rows, [first])
+    np.testing.assert_array_equal(got[0][0], X[tr])
+    np.testing.assert_array_equal(got[0][1], y[te])
+
+
+def _keys(handles):  # Dask scatters a tuple as a tuple of futures
+    return [_keys(h) if isinstance(h, tuple) else h.key for h in handles]
+
+
+def _fold_rows(data, tr, te):
+    return data[0][tr], data[1][te]
