@@ -172,8 +172,11 @@ class RunDir:
         return info
 
     # -- files ------------------------------------------------------------------
-    def write_json(self, name: str, obj) -> None:
-        atomic_write_text(self.path / name, json.dumps(jsonable(obj), indent=2) + "\n")
+    def write_json(self, name: str, obj) -> str:
+        """Write ``obj`` as ``name`` (atomically); returns the text written."""
+        text = json.dumps(jsonable(obj), indent=2) + "\n"
+        atomic_write_text(self.path / name, text)
+        return text
 
     def read_json(self, name: str):
         return json.loads((self.path / name).read_text())
@@ -203,10 +206,7 @@ class RunDir:
         return f"point-{point:05d}-fold-{fold:03d}"
 
     def save_result(self, point: int, fold: int, record: dict) -> None:
-        text = json.dumps(jsonable(record), indent=2) + "\n"
-        atomic_write_text(
-            self.path / "results" / f"{self.task_key(point, fold)}.json", text
-        )
+        text = self.write_json(f"results/{self.task_key(point, fold)}.json", record)
         if self._results is not None:  # as it reads back from the file
             self._results[(int(point), int(fold))] = json.loads(text)
 

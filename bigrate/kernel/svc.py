@@ -207,9 +207,8 @@ class NeymanPearsonSVC(_KernelSVCBase):
         sides of the band, then by secant steps in log lambda inside that bracket
         (safeguarded towards its middle); when the bracket closes without Pfa
         entering the band (Pfa jumps across it, as for a near-constant classifier at
-        small C), the fit ends at the bracket's feasible
-        end (Pfa <= rho). The number of DC steps then stays about the same over the
-        whole C range. "gain": the paper's multiplicative rule with ``nu``; from a
+        small C), the fit ends at the bracket's feasible end (Pfa <= rho). The number
+        of DC steps then stays about the same over the whole C range. "gain": the paper's multiplicative rule with ``nu``; from a
         start where Pfa = 0 it shrinks lambda by at most (1 - rho) a step (tens of
         steps at large C), and at small C it may never settle.
     method : {"annealed", "uzawa"}

@@ -11,14 +11,15 @@ indices into it, the sequence of examples the SGD kernel visits.
   max(n+, n-) steps.
 
 Within a class, rows come without replacement: in memory from a fresh seeded permutation
-per pass over the class, by blocks (``block`` consecutive rows of the class, the blocks in
-random order and the rows of a block in random order, so that a block's rows stay in the
-CPU's caches while it is visited; ``block = 1`` is a plain permutation); out of core from a seeded shuffle buffer of at most
+per pass over the class; out of core from a seeded shuffle buffer of at most
 ``buffer_rows`` rows per class, filled from the class's row groups taken in a freshly
 shuffled order on every pass. When a chunk needs more rows than the buffer has left, the
 rows left are kept, row groups are read until the buffer is full again (at most one pass
 over the class), and the whole buffer is permuted: memory stays at about
-``buffer_rows`` rows per class plus one Parquet row group.
+``buffer_rows`` rows per class plus one Parquet row group. Both permutations go by blocks
+(:func:`block_permutation`: ``block`` consecutive rows, the blocks in random order and the
+rows of a block in random order, so that a block's rows stay in the CPU's caches while
+they are visited or gathered; ``block = 1`` is a plain permutation).
 """
 
 from __future__ import annotations
