@@ -107,7 +107,7 @@ def test_cv_error_of_the_returned_pair_equals_direct_fits():
     direct = direct_cv_error(X, y, folds, bp["C_pos"], bp["C_neg"], 2.0)
     assert s.cv_error_ == pytest.approx(direct)
     # the CV-error maps cover both spaces; their minimum is the returned error
-    per = s.partition_[0.5]
+    per = s.cv_error_map()[0.5]
     assert min(cells[0]["cv_error"] for cells in per.values()) == s.cv_error_
     for sp, area in (("lambda_eta", 0.95), ("c_pos_c_neg", 0.5)):
         got = sum(shapely.geometry.shape(c["geometry"]).area for c in per[sp])
@@ -297,7 +297,7 @@ def test_search_on_duplicated_rows_gives_the_unmerged_cv_error():
         direct_cv_error(X, y, folds, bp["C_pos"], bp["C_neg"], 2.0)
     )
     cells = [(c["cv_error"], shapely.geometry.shape(c["geometry"]))
-             for c in s.partition_[0.5]["lambda_eta"]]  # fmt: skip
+             for c in s.cv_error_map()[0.5]["lambda_eta"]]  # fmt: skip
     rng = np.random.default_rng(1)
     checked = 0
     while checked < 4:

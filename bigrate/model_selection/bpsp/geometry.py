@@ -176,6 +176,28 @@ def parts(geom):
     return [g for g in parts if g.geom_type == "Polygon" and g.area > 0]
 
 
+def vertices_ccw(poly):
+    """The exterior vertices of a polygon, counter-clockwise, without the closing
+    repeat (the compiled kernels' form)."""
+    ring = shapely.get_exterior_ring(shapely.orient_polygons(poly))
+    return np.ascontiguousarray(shapely.get_coordinates(ring)[:-1], dtype=float)
+
+
+def convex_pieces(geom):
+    """A polygonal geometry as convex polygons (counter-clockwise vertex arrays):
+    each part as it is where it is convex, else its constrained Delaunay triangles
+    (regions that gave up an overlap to earlier ones can be non-convex)."""
+    out = []
+    for part in parts(geom):
+        hull = part.convex_hull.area
+        if not part.interiors and part.area >= hull * (1 - 1e-12):
+            out.append(vertices_ccw(part))
+            continue
+        for tri in parts(shapely.constrained_delaunay_triangles(part)):
+            out.append(vertices_ccw(tri))
+    return out
+
+
 def largest(geom):
     if geom is None or geom.is_empty:
         return None

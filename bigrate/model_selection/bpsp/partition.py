@@ -45,17 +45,24 @@ import shapely
 import shapely.geometry
 from shapely.geometry import Polygon, box
 
+from bigrate.model_selection.bpsp import _kernels as _k
 from bigrate.model_selection.bpsp.geometry import (
     clip,
+    convex_pieces,
     facets,
     halfplanes,
     largest,
     overlay,
     parts,
     polygonal,
+    vertices_ccw,
 )
 
 R_SET, M_SET, E_SET = 0, 1, 2
+# how far (a distance in the parameters) the compiled walk lets a region reach past
+# its lines: rounding only, so that neighbours overlap by far less than area_tol and
+# the areas' sum tells a covered domain from one with gaps or overlaps
+CLIP_TOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -113,38 +120,19 @@ class Affine:
 def affine_solution(Q, y, state, space=SPACES["lambda_eta"], box=None) -> Affine:
     """The solution for every parameter pair of ``space`` under the partition
     ``state``; ``box``: the rows' box coefficients (n x 3), by default
-    ``space.box_coef(y)`` (a row standing for k identical rows has k times its box)."""
-    n = len(y)
-    M = np.flatnonzero(state == M_SET)
-    E = np.flatnonzero(state == E_SET)
-    aE = (space.box_coef(y) if box is None else box)[E]
-    alpha = np.zeros((n, 3))
-    alpha[E] = aE
-    rhs = np.zeros((len(M) + 1, 3))
-    rhs[0] = -(y[E] @ aE)
-    QM = Q[M]
-    rhs[1:] = space.r_coef - QM[:, E] @ aE
-    A = np.zeros((len(M) + 1, len(M) + 1))
-    A[0, 1:] = y[M]
-    A[1:, 0] = y[M]
-    A[1:, 1:] = QM[:, M]
-    singular, consistent = False, True
-    scale = 1e-8 * max(1.0, np.abs(rhs).max())
-    try:
-        sol = np.linalg.solve(A, rhs)
-        if not np.abs(A @ sol - rhs).max() <= scale:
-            raise np.linalg.LinAlgError
-    except np.linalg.LinAlgError:
-        # e.g. duplicate rows in M: the least-norm solution. With no consistent
-        # solution for every parameter pair (e.g. M empty: y_E^T a_E(p) = 0 holds on
-        # a line only) the partition has no area: its region is empty
-        singular = True
-        sol = np.linalg.lstsq(A, rhs, rcond=None)[0]
-        consistent = bool(np.abs(A @ sol - rhs).max() <= 1e3 * scale)
-    bprime = sol[0]
-    alpha[M] = sol[1:]
-    gt = Q @ alpha + np.outer(y, bprime)
-    return Affine(alpha, bprime, gt, singular, consistent)
+    ``space.box_coef(y)`` (a row standing for k identical rows has k times its box).
+    The bordered system above, solved in compiled code (:func:`_kernels.system`): the
+    least-norm solution where it is singular (e.g. duplicate rows in M), flagged
+    inconsistent where no solution holds for every parameter pair (M empty)."""
+    return _solve(Q, y, state, space, box)[0]
+
+
+def _solve(Q, y, state, space, box):
+    box = space.box_coef(y) if box is None else box
+    alpha, bprime, gt, ineq, singular, consistent = _k.system(
+        Q, y, box, space.r_coef, np.asarray(state, np.int8)
+    )
+    return Affine(alpha, bprime, gt, bool(singular), bool(consistent)), ineq
 
 
 # the kinds of inequality bounding a critical region, and where its row goes across it
@@ -155,34 +143,48 @@ _MOVE = {LOWER: R_SET, UPPER: E_SET, E_ROW: M_SET, R_ROW: M_SET}
 def inequalities(aff: Affine, y, state, space=SPACES["lambda_eta"], box=None):
     """Rows (a_1, a_2, c, row, kind) of the critical region a . (p1, p2) <= c
     (eq. 12-14): 0 <= a_M <= box, g~_E <= r, g~_R >= r (``box`` as for
-    :func:`affine_solution`)."""
-    al, g, r = aff.alpha, aff.gt, space.r_coef
-    M = np.flatnonzero(state == M_SET)
-    E = np.flatnonzero(state == E_SET)
-    R = np.flatnonzero(state == R_SET)
-    bx = (space.box_coef(y) if box is None else box)[M]
-    m, e = len(M), len(E)
-    out = np.empty((2 * m + e + len(R), 5))
-    blocks = (
-        (slice(0, m), -al[M], M, LOWER),  # -a <= 0
-        (slice(m, 2 * m), al[M] - bx, M, UPPER),  # a - box <= 0
-        (slice(2 * m, 2 * m + e), g[E] - r, E, E_ROW),  # g~ - r <= 0
-        (slice(2 * m + e, None), r - g[R], R, R_ROW),  # r - g~ <= 0
-    )
-    for sl, coef, rows, kind in blocks:  # coef . (1, p1, p2) <= 0
-        blk = out[sl]
-        blk[:, 0], blk[:, 1], blk[:, 2] = coef[:, 1], coef[:, 2], -coef[:, 0]
-        blk[:, 3], blk[:, 4] = rows, kind
-    if not aff.consistent:  # 0 <= -1: an empty region
-        out = np.vstack([out, [0.0, 0.0, -1.0, -1, -1]])
-    return out
+    :func:`affine_solution`); an inconsistent system adds the row 0 <= -1."""
+    box = space.box_coef(y) if box is None else box
+    return _k.inequalities(aff.alpha, aff.gt, np.asarray(state, np.int8), box,
+                           space.r_coef, aff.consistent)  # fmt: skip
+
+
+class Region:
+    """A critical region: its polygon (shapely; built on first use from the vertex
+    array the compiled walk recorded), its partition and its affine solution (solved
+    again on first use where the walk kept only the partition)."""
+
+    def __init__(self, polygon, state, affine=None, solve=None):
+        self._polygon, self.state, self._affine, self._solve = polygon, state, affine, solve
+
+    @property
+    def polygon(self):
+        if isinstance(self._polygon, np.ndarray):
+            self._polygon = Polygon(self._polygon)
+        return self._polygon
+
+    @polygon.setter
+    def polygon(self, value):
+        self._polygon = value
+
+    @property
+    def affine(self) -> Affine:
+        if self._affine is None:
+            self._affine = self._solve(self.state)[0]
+        return self._affine
 
 
 @dataclass
-class Region:
-    polygon: Polygon
-    state: np.ndarray
-    affine: Affine
+class Walked:
+    """The regions of the compiled walk as arrays: partitions (R, n) int8, polygons
+    (vertices, offsets: region r is vert[off[r]:off[r + 1]], counter-clockwise), areas
+    and the decision numerators of the validation rows (R, n_val, 3)."""
+
+    states: np.ndarray
+    vert: np.ndarray
+    off: np.ndarray
+    areas: np.ndarray
+    H: np.ndarray
 
 
 @dataclass
@@ -199,6 +201,9 @@ class Diagnostics:
     unresolved_pieces: int = 0
     unresolved_area: float = 0.0
     geometry_repairs: int = 0
+    # 1 where the walk met a singular bordered system (a non-unique dual) and the
+    # partition was redone by the exact but slower walk over shapely polygons
+    slow_path: int = 0
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -260,11 +265,11 @@ class Partitioner:
         """The affine solution and critical-region inequalities of a partition,
         remembered for the last 4,096 partitions (Theorem 2 meets the same critical
         region in several pieces)."""
+        state = np.asarray(state, np.int8)
         key = state.tobytes()
         hit = self._memo.pop(key, None)
         if hit is None:
-            aff = affine_solution(self.Q, self.y, state, self.space, self.box)
-            hit = (aff, inequalities(aff, self.y, state, self.space, self.box))
+            hit = _solve(self.Q, self.y, state, self.space, self.box)
             if len(self._memo) >= 4096:
                 self._memo.pop(next(iter(self._memo)))
         self._memo[key] = hit
@@ -289,48 +294,193 @@ class Partitioner:
         gt = self.Q @ alpha + self.y * bprime
         tol = 1e-6 * max(level, 1e-12)
         at = 1e-9 * max(box_.max(), 1e-12)
-        state = np.full(len(self.y), M_SET)
+        state = np.full(len(self.y), M_SET, np.int8)
         state[(alpha <= at) & (gt > level + tol)] = R_SET
         state[(alpha >= box_ - at) & (gt < level - tol)] = E_SET
         return state
 
     def correct(self, state, lam, eta, rounds=50):
         """Active-set corrections until the partition's affine solution satisfies its
-        own conditions at (lam, eta) (moves every violating row, worst first)."""
-        x = np.array([lam, eta])
-        for _ in range(rounds):
-            aff, ineq = self._system(state)
-            v = ineq[:, :2] @ x - ineq[:, 2]
-            bad = v > 1e-9
-            if not bad.any():
-                return state, aff
-            k = int(np.argmax(v))
-            state = state.copy()
-            if ineq[k, 4] < 0:  # no consistent solution (M empty): the row nearest
-                # its margin joins M
-                xx = np.array([1.0, *x])
-                gap = np.abs(aff.gt @ xx - self.space.r_coef @ xx)
-                gap[state == M_SET] = np.inf
-                state[int(np.argmin(gap))] = M_SET
-            else:
-                state[int(ineq[k, 3])] = _MOVE[int(ineq[k, 4])]
-            self.diag.corrections += 1
+        own conditions at (lam, eta) (moves the worst violating row each round;
+        :func:`_kernels.correct`)."""
+        state, moves = _k.correct(self.Q, self.y, self.box, self.space.r_coef,
+                                  np.asarray(state, np.int8), float(lam), float(eta),
+                                  rounds)  # fmt: skip
+        self.diag.corrections += int(moves)
         return state, self._system(state)[0]
 
     # ------------------------------------------------------------ the partition
     def run(self, progress=None) -> list[Region]:
+        """The critical regions covering the domain, as :class:`Region` objects."""
         if self.method == "neighbours":
-            return self._run_neighbours(progress)
+            walked = self._run_compiled(progress)
+            if walked is None:
+                return self._run_neighbours(progress)
+            if isinstance(walked, list):
+                return walked
+            return [Region(walked.vert[walked.off[r] : walked.off[r + 1]],
+                           walked.states[r], solve=self._system)
+                    for r in range(len(walked.areas))]  # fmt: skip
         return self._run_theorem2(progress)
 
-    def _guard(self, regions, covered, total):
-        if len(regions) > self.max_regions:
+    def run_cells(self, Kv, y_val, progress=None):
+        """The partition refined by the sign pattern on validation rows (``Kv``: their
+        kernel rows against the training rows, labels ``y_val`` in {-1, +1}): every
+        invariant cell (eq. 15-18) as a convex polygon with its counts of false
+        negatives and false positives, which do not depend on the misclassification
+        costs. Returns a dict of arrays: ``vert`` (V, 2), ``off`` (cells + 1,),
+        ``fn``, ``fp`` (cells,)."""
+        Kv = np.ascontiguousarray(Kv, float)
+        y_val = np.asarray(y_val, float)
+        walked = self._run_compiled(progress, Kv) if self.method == "neighbours" else None
+        if isinstance(walked, Walked):
+            vert, off, H = walked.vert, walked.off, walked.H
+            owner = np.arange(len(walked.areas))
+        else:
+            if walked is None:
+                regions = (self._run_neighbours(progress)
+                           if self.method == "neighbours" else self.run(progress))  # fmt: skip
+            else:
+                regions = walked
+            # regions that gave up an overlap may be non-convex: convex pieces
+            vert, off, owner, H = [], [0], [], []
+            for r, reg in enumerate(regions):
+                a = reg.affine
+                H.append(Kv @ (a.alpha * self.y[:, None]) + a.bprime)
+                for V in convex_pieces(reg.polygon):
+                    vert.append(V)
+                    off.append(off[-1] + len(V))
+                    owner.append(r)
+            vert = np.concatenate(vert) if vert else np.zeros((0, 2))
+            off, owner = np.array(off, np.int64), np.array(owner, np.int64)
+            H = np.array(H) if H else np.zeros((0, len(y_val), 3))
+        cv, co, _, fn, fp = _k.cells(vert, off, owner, np.ascontiguousarray(H), y_val,
+                                     1e-12)  # fmt: skip
+        return {"vert": cv, "off": co, "fn": fn, "fp": fp}
+
+    def _guard(self, n_regions, covered, total):
+        if n_regions > self.max_regions:
             raise RuntimeError(
                 f"BPSP stopped at max_regions={self.max_regions} regions "
                 f"({covered / total:.1%} of the parameter rectangle covered); raise "
                 "max_regions or lambda_min (regions crowd near lambda = 0, i.e. "
                 "very large C)"
             )
+
+    def _run_compiled(self, progress=None, Kv=None):
+        """The neighbour walk in compiled code (:func:`_kernels.walk`): each critical
+        region once, whole, breadth-first from a direct solve to the neighbour across
+        every facet (Theorem 3). Coverage is checked by summing the regions' areas;
+        only where they fall short of the domain's is the uncovered part found by a
+        GEOS union and seeded by direct solves, and only where they exceed it
+        (overlapping regions) do the later regions give up the overlap. Returns a
+        :class:`Walked`, a list of regions where overlaps were given up, or None where
+        a singular bordered system was met (a non-unique dual: the caller takes the
+        exact walk of :meth:`_run_neighbours`, whose redundancy checks need the union
+        of the regions so far)."""
+        rect = self.space.domain(self.lambda_min)
+        dom = vertices_ccw(rect)
+        total = rect.area
+        n = len(self.y)
+        Kv = np.zeros((0, n)) if Kv is None else Kv
+        rcoef = self.space.r_coef
+        table, store, n_seen = np.full(1024, -1, np.int64), np.empty((256, n), np.int8), 0
+        qst, qpt = np.empty((256, n), np.int8), np.zeros((256, 2))
+        qhas, head, tail = np.zeros(256, np.bool_), 0, 0
+        kd = np.zeros(_k.N_DIAG)
+        chunks: list = []
+        covered, n_regions = 0.0, 0
+        probe = -1.0 if self.probe is None else float(self.probe)
+        correcting = self.correct_after <= 0
+        rng = np.random.default_rng(0)
+        seeds, gaps = [rect], []
+        budget = 2000 if progress is not None else self.max_regions + 1
+        for _round in range(50):
+            for area in seeds:
+                st = self._seed(
+                    area, lambda s: _k.seen_contains(table, store, s), rng
+                )
+                if tail == len(qst):
+                    qst, qpt = np.vstack([qst, qst]), np.vstack([qpt, qpt])
+                    qhas = np.concatenate([qhas, qhas])
+                qst[tail], qhas[tail] = st, False
+                tail += 1
+            found = 0
+            while True:
+                (status, table, store, n_seen, qst, qpt, qhas, head, tail, *new) = (
+                    _k.walk(self.Q, self.y, self.box, rcoef, dom, Kv, table, store,
+                            n_seen, qst, qpt, qhas, head, tail, kd, CLIP_TOL,
+                            self.area_tol, probe, correcting,
+                            self.max_regions + 1 - n_regions)  # fmt: skip
+                )
+                if status == _k.WALK_SINGULAR:
+                    self.diag = Diagnostics(slow_path=1, direct_solves=self.diag.direct_solves)
+                    return None
+                if len(new[3]):
+                    chunks.append(new)
+                    covered += float(new[3].sum())
+                    found += len(new[3])
+                    n_regions += len(new[3])
+                    if progress is not None:
+                        progress(min(covered / total, 1.0), n_regions)
+                    self._guard(n_regions, covered, total)
+                if status == _k.WALK_DONE:
+                    break
+            if total - covered <= self.area_tol + kd[_k.D_THIN_AREA]:
+                gaps = []  # every region found: no union needed
+                break
+            walked = self._gather(chunks, Kv.shape[0])
+            union = overlay(shapely.union_all,
+                            [Polygon(walked.vert[walked.off[r] : walked.off[r + 1]])
+                             for r in range(len(walked.areas))], diag=self.diag)  # fmt: skip
+            rest = overlay(shapely.difference, rect, union, diag=self.diag)
+            gaps = [g for g in getattr(rest, "geoms", [rest])
+                    if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
+            if not gaps or (_round > 0 and found == 0):
+                break
+            seeds = gaps
+            correcting = (
+                _round + 1 >= self.correct_after
+                and sum(g.area for g in gaps) > 1e-6 * total
+            )
+        d = self.diag
+        d.regions = n_regions
+        d.singular_systems += int(kd[_k.D_SINGULAR])
+        d.thin_pieces += int(kd[_k.D_THIN])
+        d.thin_area += float(kd[_k.D_THIN_AREA])
+        d.degenerate_moves += int(kd[_k.D_DEGENERATE])
+        d.corrections += int(kd[_k.D_CORRECTIONS])
+        if gaps:
+            d.unresolved_pieces += len(gaps)
+            d.unresolved_area += sum(g.area for g in gaps)
+        walked = self._gather(chunks, Kv.shape[0])
+        # regions reach CLIP_TOL past their lines, so neighbours share a strip of
+        # that width along every edge: more than that is an overlap
+        slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
+        if covered > total + slack:  # overlapping regions: the earlier keeps it
+            regions = [Region(walked.vert[walked.off[r] : walked.off[r + 1]],
+                              walked.states[r], solve=self._system)
+                       for r in range(len(walked.areas))]  # fmt: skip
+            self._give_up_overlaps(regions)
+            regions = [r for r in regions if r.polygon.area > self.area_tol]
+            d.regions = len(regions)
+            return regions
+        return walked
+
+    @staticmethod
+    def _gather(chunks, n_val):
+        """One :class:`Walked` from the walk's chunks."""
+        if not chunks:
+            return Walked(np.zeros((0, 0), np.int8), np.zeros((0, 2)),
+                          np.zeros(1, np.int64), np.zeros(0), np.zeros((0, n_val, 3)))  # fmt: skip
+        offs, base = [np.zeros(1, np.int64)], 0
+        for c in chunks:
+            offs.append(c[2][1:] + base)
+            base += c[2][-1]
+        return Walked(np.concatenate([c[0] for c in chunks]),
+                      np.concatenate([c[1] for c in chunks]), np.concatenate(offs),
+                      np.concatenate([c[3] for c in chunks]),
+                      np.concatenate([c[4] for c in chunks]))  # fmt: skip
 
     def _run_neighbours(self, progress=None) -> list[Region]:
         """Each critical region once: breadth-first over partitions, from a direct
@@ -354,7 +504,7 @@ class Partitioner:
         correcting = self.correct_after <= 0
         for _round in range(50):
             for area in seeds:
-                queue.append((self._seed(area, seen, rng), None))
+                queue.append((self._seed(area, lambda st: st.tobytes() in seen, rng), None))
             while queue:
                 st, probe = queue.popleft()
                 key = st.tobytes()
@@ -402,7 +552,7 @@ class Partitioner:
                 covered += P.area
                 if progress is not None:
                     progress(min(covered / total, 1.0), len(regions))
-                self._guard(regions, covered, total)
+                self._guard(len(regions), covered, total)
                 if len(regions) >= next_check and self.diag.singular_systems:
                     inside = self._covered_so_far(regions)
                     next_check = len(regions) + max(
@@ -457,7 +607,7 @@ class Partitioner:
         self.diag.regions = len(regions)
         return regions
 
-    def _seed(self, area, seen, rng, tries=4):
+    def _seed(self, area, is_seen, rng, tries=4):
         """The partition at a point of ``area`` by a direct solve: its representative
         point, or random points of it while that gives a partition already seen (with
         tied or duplicated rows, the one found there can have no area, and the same
@@ -469,7 +619,7 @@ class Partitioner:
             a, bp = self.solve_at(lam, eta)
             self.diag.direct_solves += 1
             st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta)
-            if st.tobytes() not in seen:
+            if not is_seen(st):
                 break
             for _ in range(100):
                 pt = shapely.Point(rng.uniform(x0, x1), rng.uniform(y0, y1))
@@ -522,7 +672,7 @@ class Partitioner:
             covered += P.area
             if progress is not None:
                 progress(covered / total, len(regions))
-            self._guard(regions, covered, total)
+            self._guard(len(regions), covered, total)
             st = regions[-1].state
             fac = facets(P, ineq, active, self.tol)
             for i, k in enumerate(fac):
@@ -563,6 +713,15 @@ class Partitioner:
         self.diag.unresolved_pieces += 1
         self.diag.unresolved_area += X.area
         return None, None, None, None, None
+
+
+def _perimeters(vert, off):
+    """The summed perimeter of the polygons vert[off[r]:off[r + 1]]."""
+    if len(vert) == 0:
+        return 0.0
+    nxt = np.arange(1, len(vert) + 1)
+    nxt[off[1:] - 1] = off[:-1]
+    return float(np.hypot(*(vert[nxt] - vert).T).sum())
 
 
 # ---------------------------------------------------------------- invariant regions

@@ -1,6 +1,10 @@
 """BPSPSearchCV: the exact cost-weighted K-fold CV error of the cost-sensitive SVM over
-every (C+, C-) (Gu et al. 2015), one engine task per (gamma, space, fold), the folds'
-error maps superposed exactly and the best region's centre refitted."""
+every (C+, C-) (Gu et al. 2015), one engine task per (gamma, space, fold). A task
+returns its fold's invariant cells (convex polygons with their counts of false
+negatives and false positives: they do not depend on the misclassification costs);
+the best point for any costs is found by branch-and-bound over the folds' cells
+(:func:`_kernels.best_point`), and the full CV-error map is built by GEOS only when
+asked for (:meth:`BPSPSearchCV.cv_error_map`, ``run_dir``, ``plot``)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from bigrate.base import RateClassifierMixin
 from bigrate.engines import open_engine
+from bigrate.model_selection.bpsp import _kernels as _k
 from bigrate.model_selection.bpsp.geometry import (
     REPAIR_GRIDS,
     dissolve,
-    largest,
     parts,
     superpose,
 )
@@ -27,16 +31,20 @@ from bigrate.model_selection.bpsp.partition import (
     SPACES,
     Diagnostics,
     Partitioner,
-    invariant_cells,
     merge_duplicates,
 )
+
+# pieces of the folds' superposition smaller than this (in the space's units) are
+# not candidates for the best point: the strips of width CLIP_TOL along which
+# neighbouring regions meet, and optima too thin for an inexact solver to hit
+PIECE_TOL = 1e-11
 
 # ---------------------------------------------------------------- the estimator
 
 
-def _fold_map(data, train, test, params):
-    """One task: the partition on the training rows and its invariant regions on the
-    test rows, dissolved by cost-weighted error; geometry as WKB (plain data)."""
+def _fold_cells(data, train, test, params):
+    """One task: the partition on the training rows and its invariant cells on the
+    test rows, as arrays (plain data)."""
     import time
 
     X, y = data
@@ -48,24 +56,39 @@ def _fold_map(data, train, test, params):
         lambda_min=params["lambda_min"], max_regions=params["max_regions"],
         method=params["method"], space=params["space"], weight=weight,
     )  # fmt: skip
-    regions = part.run()
     from bigrate.kernel.smo import cross_kernel
 
     Kv = cross_kernel(X[test], Xt, params["kernel"], params["gamma"],
                       params["coef0"], params["degree"])  # fmt: skip
-    pairs = []
-    for r in regions:
-        pairs += invariant_cells(r, Kv, yt, y[test], params["cost_fn"],
-                                 params["cost_fp"])  # fmt: skip
-    dmap = dissolve(pairs, part.diag)
-    distinct = len({r.state.tobytes() for r in regions})
+    cells = part.run_cells(Kv, y[test])
+    seconds = time.perf_counter() - t0
     return {
-        "map": [(v, shapely.to_wkb(g)) for v, g in dmap.items()],
-        "diagnostics": {**part.diag.as_dict(), "distinct_partitions": distinct,
+        **cells,
+        "diagnostics": {**part.diag.as_dict(),
                         "merged_rows": int(len(train) - len(yt)),
-                        "invariant_cells": len(pairs),
-                        "seconds": time.perf_counter() - t0},
+                        "invariant_cells": len(cells["fn"]),
+                        "seconds": seconds,
+                        "us_per_region": 1e6 * seconds / max(part.diag.regions, 1)},
     }  # fmt: skip
+
+
+def _best_of_space(folds, cost_fn, cost_fp, bounds):
+    """Branch-and-bound over the folds' cells of one (gamma, space): (least summed
+    error, FN, FP, vertices of the largest piece with it, intersections tried)."""
+    vert = np.concatenate([f["vert"] for f in folds])
+    offs, base = [np.zeros(1, np.int64)], 0
+    start = [0]
+    for f in folds:
+        offs.append(np.asarray(f["off"][1:], np.int64) + base)
+        base += int(f["off"][-1])
+        start.append(start[-1] + len(f["fn"]))
+    return _k.best_point(
+        np.ascontiguousarray(vert, float), np.concatenate(offs),
+        np.array(start, np.int64),
+        np.concatenate([f["fn"] for f in folds]).astype(np.int64),
+        np.concatenate([f["fp"] for f in folds]).astype(np.int64),
+        float(cost_fn), float(cost_fp), np.asarray(bounds, float), PIECE_TOL,
+    )  # fmt: skip
 
 
 class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
@@ -106,10 +129,14 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    best_params_ (gamma, space, lambda, eta, C_pos, C_neg), cv_error_ (cost-weighted
-    errors per validation row), partition_ (per gamma and space: [{"cv_error",
-    "geometry"}] in that space's coordinates), diagnostics_ (the same keys, per fold),
-    best_estimator_ (CostSensitiveSVC refitted on all rows).
+    best_params_ (gamma, space, lambda, eta, C_pos, C_neg: the centroid of the
+    largest convex piece of the superposed folds with the least CV error),
+    best_region_area_ (that piece's area, in its space's coordinates), cv_error_
+    (cost-weighted errors per validation row), cells_ (per gamma and space, per fold:
+    the invariant cells as arrays ``vert``, ``off``, ``fn``, ``fp``), diagnostics_
+    (per gamma and space, per fold), best_estimator_ (CostSensitiveSVC refitted on all
+    rows). :meth:`best_for_costs` scores other costs on the same cells without a new
+    partition; :meth:`cv_error_map` builds the map of equal-error polygons.
     """
 
     _accepts_sparse = False  # the partition works on a dense kernel matrix
@@ -207,7 +234,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
             args = [(handle, splits[k][0], splits[k][1],
                      {**base, "gamma": gammas[g], "space": sp})
                     for g, sp, k in tasks]  # fmt: skip
-            for j, res in eng.map(_fold_map, args):
+            for j, res in eng.map(_fold_cells, args):
                 g, sp, k = tasks[j]
                 if isinstance(res, Exception):
                     raise RuntimeError(
@@ -216,17 +243,92 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
                 results[tasks[j]] = res
                 bar.update(1)
         bar.close()
-        n_val = sum(len(te) for _, te in splits)
-        self.partition_, self.diagnostics_ = {}, {}
-        best = None
+        self.n_val_ = int(sum(len(te) for _, te in splits))
+        self.cells_, self.diagnostics_ = {}, {}
         for g, gamma in enumerate(gammas):
-            self.partition_[gamma], self.diagnostics_[gamma] = {}, {}
+            self.cells_[gamma], self.diagnostics_[gamma] = {}, {}
             for sp in spaces:
-                maps = [
-                    {v: shapely.from_wkb(w) for v, w in results[(g, sp, k)]["map"]}
-                    for k in range(len(splits))
+                folds = [results[(g, sp, k)] for k in range(len(splits))]
+                self.cells_[gamma][sp] = [
+                    {key: f[key] for key in ("vert", "off", "fn", "fp")} for f in folds
                 ]
+                self.diagnostics_[gamma][sp] = [f["diagnostics"] for f in folds]
+        best = self.best_for_costs([(self.cost_fn, self.cost_fp)])[0]
+        self.cv_error_ = best["cv_error"]
+        self.best_params_ = best["params"]
+        self.best_region_area_ = best["area"]
+        c_pos, c_neg = self.best_params_["C_pos"], self.best_params_["C_neg"]
+        self.best_estimator_ = CostSensitiveSVC(
+            C_pos=max(c_pos, 1e-12), C_neg=max(c_neg, 1e-12),
+            kernel=self.kernel, gamma=self.best_params_["gamma"], coef0=self.coef0,
+            degree=self.degree,
+        ).fit(X, y)  # fmt: skip
+        if self.run_dir is not None:
+            self._save()
+        return self
+
+    def best_for_costs(self, costs):
+        """The best point of the fitted partition for other misclassification costs,
+        without partitioning again (the partition and the invariant cells do not
+        depend on them). ``costs``: [(cost_fn, cost_fp), ...]. Returns, per pair,
+        {"cost_fn", "cost_fp", "cv_error", "params" (as best_params_), "area" (of the
+        largest piece with that error), "intersections" (tried by the
+        branch-and-bound)}; no refit."""
+        check_is_fitted(self, "cells_")
+        out = []
+        for cost_fn, cost_fp in costs:
+            if not (float(cost_fn) > 0 and float(cost_fp) > 0):
+                raise ValueError(
+                    f"costs must be pairs (cost_fn, cost_fp) of floats > 0, got "
+                    f"({cost_fn!r}, {cost_fp!r})"
+                )
+            best, tried = None, 0
+            for gamma, per in self.cells_.items():
+                for sp, folds in per.items():
+                    bounds = SPACES[sp].domain(self.lambda_min).bounds
+                    err, _, _, piece, n = _best_of_space(folds, cost_fn, cost_fp,
+                                                         bounds)  # fmt: skip
+                    tried += int(n)
+                    if len(piece) and (best is None or err < best[0]):
+                        best = (err, gamma, sp, piece)
+            if best is None:
+                raise RuntimeError(
+                    "BPSP found no piece of positive area common to every fold's "
+                    "cells: see diagnostics_ for unresolved area"
+                )
+            err, gamma, sp, piece = best
+            cx, cy = _k.centroid(piece)
+            c_pos, c_neg = SPACES[sp].costs(cx, cy)
+            out.append({
+                "cost_fn": float(cost_fn), "cost_fp": float(cost_fp),
+                "cv_error": float(err) / self.n_val_,
+                "params": {"gamma": gamma, "space": sp, "lambda": 1 / (c_pos + c_neg),
+                           "eta": c_pos / (c_pos + c_neg), "C_pos": c_pos,
+                           "C_neg": c_neg},
+                "area": float(_k.area(piece)), "intersections": tried,
+            })  # fmt: skip
+        return out
+
+    def cv_error_map(self, cost_fn=None, cost_fp=None):
+        """The exact CV-error map: per gamma and space, [{"cv_error", "geometry"}]
+        (GeoJSON-like polygons of equal error in that space's coordinates, least
+        error first), from the folds' cells superposed by GEOS on a 1e-12 grid; the
+        fitted costs unless others are given."""
+        check_is_fitted(self, "cells_")
+        cost_fn = self.cost_fn if cost_fn is None else cost_fn
+        cost_fp = self.cost_fp if cost_fp is None else cost_fp
+        out = {}
+        for gamma, per in self.cells_.items():
+            out[gamma] = {}
+            for sp, folds in per.items():
                 fix = Diagnostics()
+                maps = []
+                for f in folds:
+                    err = cost_fn * np.asarray(f["fn"]) + cost_fp * np.asarray(f["fp"])
+                    off = f["off"]
+                    polys = [shapely.Polygon(f["vert"][off[c] : off[c + 1]])
+                             for c in range(len(err))]  # fmt: skip
+                    maps.append(dissolve(zip(err.tolist(), polys, strict=True), fix))
                 total = superpose(maps, fix)
                 if fix.geometry_repairs:
                     warnings.warn(
@@ -235,34 +337,13 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
                         f"{REPAIR_GRIDS[-1]:g} or finer (GEOS topology errors)",
                         stacklevel=2,
                     )
-                cells = sorted(((v / n_val, geom) for v, geom in total.items()),
+                cells = sorted(((v / self.n_val_, geom) for v, geom in total.items()),
                                key=lambda t: t[0])  # fmt: skip
-                self.partition_[gamma][sp] = [
+                out[gamma][sp] = [
                     {"cv_error": e, "geometry": shapely.geometry.mapping(geom)}
                     for e, geom in cells
                 ]
-                self.diagnostics_[gamma][sp] = [
-                    results[(g, sp, k)]["diagnostics"] for k in range(len(splits))
-                ]
-                if best is None or cells[0][0] < best[0]:
-                    best = (cells[0][0], gamma, sp, cells[0][1])
-        err, gamma, sp, geom = best
-        piece = largest(geom)
-        centre = piece.centroid
-        if not piece.contains(centre):
-            centre = piece.representative_point()
-        c_pos, c_neg = SPACES[sp].costs(centre.x, centre.y)
-        self.cv_error_ = float(err)
-        self.best_params_ = {"gamma": gamma, "space": sp, "lambda": 1 / (c_pos + c_neg),
-                             "eta": c_pos / (c_pos + c_neg), "C_pos": c_pos,
-                             "C_neg": c_neg}  # fmt: skip
-        self.best_estimator_ = CostSensitiveSVC(
-            C_pos=max(c_pos, 1e-12), C_neg=max(c_neg, 1e-12),
-            kernel=self.kernel, gamma=gamma, coef0=self.coef0, degree=self.degree,
-        ).fit(X, y)  # fmt: skip
-        if self.run_dir is not None:
-            self._save()
-        return self
+        return out
 
     def decision_function(self, X):
         check_is_fitted(self, "best_estimator_")
@@ -272,7 +353,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.predict(X)
 
-    def plot(self, path, gamma=None):
+    def plot(self, path, gamma=None, cv_map=None):
         """The CV-error map as PNG: the (lambda, eta) rectangle, and every searched
         space over (log2 C+, log2 C-) (edges densified before the change of
         coordinates, which bends them)."""
@@ -281,10 +362,11 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         from bigrate._plot import pyplot, save_png
 
         gamma = self.best_params_["gamma"] if gamma is None else gamma
+        cv_map = self.cv_error_map() if cv_map is None else cv_map
         fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
         for ax, log_c in zip(axes, (False, True), strict=True):
             polys, vals = [], []
-            for sp, cells in self.partition_[gamma].items():
+            for sp, cells in cv_map[gamma].items():
                 if not log_c and sp != "lambda_eta":
                     continue
                 for c in cells:
@@ -322,12 +404,14 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
 
         from bigrate.files import atomic_write_text
 
+        cv_map = self.cv_error_map()
         out = {
             "best_params": self.best_params_,
             "cv_error": self.cv_error_,
+            "best_region_area": self.best_region_area_,
             "partition": [
                 {"gamma": g, "space": sp, "cells": cells}
-                for g, per in self.partition_.items()
+                for g, per in cv_map.items()
                 for sp, cells in per.items()
             ],
             "diagnostics": [
@@ -339,4 +423,4 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         path = Path(self.run_dir)
         path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path / "bpsp_partition.json", json.dumps(out) + "\n")
-        self.plot(path / "bpsp_cv_error.png")
+        self.plot(path / "bpsp_cv_error.png", cv_map=cv_map)

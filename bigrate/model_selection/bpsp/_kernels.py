@@ -1,0 +1,756 @@
+"""Compiled kernels of BPSP (Gu et al. 2015): the bordered system of a partition, convex
+polygons clipped by half-planes with labelled edges, the neighbour walk over critical
+regions (Theorem 3) with a hashed set of the partitions seen, the invariant cells of a
+validation fold, and the best point of the K-fold sum by branch-and-bound.
+
+Polygons are (k, 2) float64 vertex arrays in counter-clockwise order; a polygon's edge
+i runs from vertex i to vertex i + 1 (mod k) and its label is the inequality whose line
+made it (-1: the domain's boundary). Inequalities are rows (a1, a2, c, row, kind) of
+a1 p1 + a2 p2 <= c, as :func:`bigrate.model_selection.bpsp.partition.inequalities`
+documents. Partitions are int8 vectors: 0 = R (alpha = 0), 1 = M (on the margin),
+2 = E (alpha at its box). Nothing here allocates a Python object per region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+R_SET, M_SET, E_SET = 0, 1, 2
+LOWER, UPPER, E_ROW, R_ROW = 0, 1, 2, 3
+
+# walk status codes
+WALK_DONE, WALK_MORE, WALK_GUARD, WALK_SINGULAR = 0, 1, 2, 3
+# diagnostics of the walk (a float64 vector: counts, and the area of thin pieces)
+D_REGIONS, D_SINGULAR, D_THIN, D_DEGENERATE, D_CORRECTIONS, D_THIN_AREA = range(6)
+N_DIAG = 6
+
+_EPS = np.finfo(np.float64).eps
+
+
+@njit(cache=True, nogil=True)
+def move_to(kind):
+    """Where a row goes across its inequality (Theorem 3)."""
+    if kind == LOWER:
+        return R_SET
+    if kind == UPPER:
+        return E_SET
+    return M_SET
+
+
+# ------------------------------------------------------------------ the system
+@njit(cache=True, nogil=True)
+def inequalities(alpha, gt, state, box, rcoef, consistent):
+    """Rows (a1, a2, c, row, kind) of the critical region (eq. 12-14): -a_M <= 0,
+    a_M - box <= 0, g~_E - r <= 0, r - g~_R <= 0, each coef . (1, p1, p2) <= 0; an
+    inconsistent system adds 0 <= -1 (an empty region)."""
+    n = state.shape[0]
+    m = e = 0
+    for i in range(n):
+        if state[i] == M_SET:
+            m += 1
+        elif state[i] == E_SET:
+            e += 1
+    r = n - m - e
+    out = np.empty((2 * m + e + r + (0 if consistent else 1), 5))
+    k = 0
+    for i in range(n):  # -a <= 0
+        if state[i] == M_SET:
+            out[k, 0], out[k, 1], out[k, 2] = -alpha[i, 1], -alpha[i, 2], alpha[i, 0]
+            out[k, 3], out[k, 4] = i, LOWER
+            k += 1
+    for i in range(n):  # a - box <= 0
+        if state[i] == M_SET:
+            out[k, 0] = alpha[i, 1] - box[i, 1]
+            out[k, 1] = alpha[i, 2] - box[i, 2]
+            out[k, 2] = box[i, 0] - alpha[i, 0]
+            out[k, 3], out[k, 4] = i, UPPER
+            k += 1
+    for i in range(n):  # g~ - r <= 0
+        if state[i] == E_SET:
+            out[k, 0], out[k, 1] = gt[i, 1] - rcoef[1], gt[i, 2] - rcoef[2]
+            out[k, 2] = rcoef[0] - gt[i, 0]
+            out[k, 3], out[k, 4] = i, E_ROW
+            k += 1
+    for i in range(n):  # r - g~ <= 0
+        if state[i] == R_SET:
+            out[k, 0], out[k, 1] = rcoef[1] - gt[i, 1], rcoef[2] - gt[i, 2]
+            out[k, 2] = gt[i, 0] - rcoef[0]
+            out[k, 3], out[k, 4] = i, R_ROW
+            k += 1
+    if not consistent:
+        out[k, 0], out[k, 1], out[k, 2], out[k, 3], out[k, 4] = 0.0, 0.0, -1.0, -1, -1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def system(Q, y, box, rcoef, state):
+    """The affine solution of a partition (algorithms.md sec. 5): alpha (n, 3), b'
+    (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
+    bordered system was singular (least-norm solution) and whether it is consistent,
+    and the region's inequalities."""
+    n = y.shape[0]
+    m = 0
+    for i in range(n):
+        if state[i] == M_SET:
+            m += 1
+    M = np.empty(m, np.int64)
+    k = 0
+    for i in range(n):
+        if state[i] == M_SET:
+            M[k] = i
+            k += 1
+    alpha = np.zeros((n, 3))
+    rhs = np.zeros((m + 1, 3))
+    A = np.zeros((m + 1, m + 1))
+    for j in range(n):
+        if state[j] == E_SET:
+            for t in range(3):
+                alpha[j, t] = box[j, t]
+                rhs[0, t] -= y[j] * box[j, t]
+    for a in range(m):
+        i = M[a]
+        A[0, a + 1] = y[i]
+        A[a + 1, 0] = y[i]
+        for b in range(m):
+            A[a + 1, b + 1] = Q[i, M[b]]
+        for t in range(3):
+            rhs[a + 1, t] = rcoef[t]
+        for j in range(n):
+            if state[j] == E_SET:
+                q = Q[i, j]
+                for t in range(3):
+                    rhs[a + 1, t] -= q * box[j, t]
+    big = 1.0
+    for a in range(m + 1):
+        for t in range(3):
+            big = max(big, abs(rhs[a, t]))
+    scale = 1e-8 * big
+    singular, consistent = False, True
+    ok = True
+    sol = np.zeros((m + 1, 3))
+    try:
+        sol = np.linalg.solve(A, rhs)
+    except Exception:  # noqa: BLE001 (numba raises a bare Exception)
+        ok = False
+    if ok and _residual(A, sol, rhs) > scale:
+        ok = False
+    if not ok:
+        # e.g. duplicate rows in M: the least-norm solution; with none consistent for
+        # every parameter pair (M empty: y_E^T a_E(p) = 0 on a line only) the region
+        # has no area
+        singular = True
+        sol = np.linalg.lstsq(A, rhs, _EPS * (m + 1))[0]
+        consistent = _residual(A, sol, rhs) <= 1e3 * scale
+    bprime = sol[0].copy()
+    for a in range(m):
+        for t in range(3):
+            alpha[M[a], t] = sol[a + 1, t]
+    gt = np.zeros((n, 3))
+    for j in range(n):  # Q is symmetric: row j is column j, read contiguously
+        if state[j] != R_SET:
+            a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
+            for i in range(n):
+                q = Q[j, i]
+                gt[i, 0] += q * a0
+                gt[i, 1] += q * a1
+                gt[i, 2] += q * a2
+    for i in range(n):
+        for t in range(3):
+            gt[i, t] += y[i] * bprime[t]
+    ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
+    return alpha, bprime, gt, ineq, singular, consistent
+
+
+@njit(cache=True, nogil=True)
+def _residual(A, sol, rhs):
+    worst = 0.0
+    for i in range(A.shape[0]):
+        for t in range(rhs.shape[1]):
+            s = -rhs[i, t]
+            for j in range(A.shape[1]):
+                s += A[i, j] * sol[j, t]
+            worst = max(worst, abs(s))
+    return worst
+
+
+@njit(cache=True, nogil=True)
+def correct(Q, y, box, rcoef, state, p1, p2, rounds):
+    """Active-set corrections until the partition's affine solution meets its own
+    conditions at (p1, p2): the worst violated row moves each round (with no
+    consistent solution, the row nearest its margin joins M). Returns the partition
+    and the number of corrections."""
+    state = state.copy()
+    n = y.shape[0]
+    moves = 0
+    for _ in range(rounds):
+        alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, state)
+        worst, k = 1e-9, -1
+        for j in range(ineq.shape[0]):
+            v = ineq[j, 0] * p1 + ineq[j, 1] * p2 - ineq[j, 2]
+            if v > worst:
+                worst, k = v, j
+        if k < 0:
+            return state, moves
+        if ineq[k, 4] < 0:
+            level = rcoef[0] + rcoef[1] * p1 + rcoef[2] * p2
+            best, bi = np.inf, -1
+            for i in range(n):
+                if state[i] != M_SET:
+                    g = abs(gt[i, 0] + gt[i, 1] * p1 + gt[i, 2] * p2 - level)
+                    if g < best:
+                        best, bi = g, i
+            state[bi] = M_SET
+        else:
+            state[int(ineq[k, 3])] = move_to(int(ineq[k, 4]))
+        moves += 1
+    return state, moves
+
+
+# ------------------------------------------------------------------ polygons
+@njit(cache=True, nogil=True)
+def clip(V, lab, ineq, tol):
+    """The convex polygon (V, lab) cut by every inequality a . p <= c + tol |a|
+    (``tol`` a distance; Sutherland-Hodgman, one half-plane at a time); each new edge
+    is labelled by the inequality that made it. Returns (vertices, labels); no
+    vertex: empty."""
+    k = V.shape[0]
+    cap = 2 * k + 8
+    X = np.empty((cap, 2))
+    L = np.empty(cap, np.int64)
+    X[:k] = V
+    L[:k] = lab
+    Y = np.empty((cap, 2))
+    N = np.empty(cap, np.int64)
+    d = np.empty(cap)
+    for j in range(ineq.shape[0]):
+        a, b = ineq[j, 0], ineq[j, 1]
+        c = ineq[j, 2] + tol * np.hypot(a, b) if tol > 0 else ineq[j, 2]
+        if Y.shape[0] < 2 * k + 2:
+            # a cut adds one vertex to a convex polygon, but rounding on nearly
+            # collinear vertices can make it cross the line more often: at most one
+            # new vertex per old one
+            cap = 4 * k + 8
+            Y = np.empty((cap, 2))
+            N = np.empty(cap, np.int64)
+        if d.shape[0] < k:
+            d = np.empty(2 * k)
+        out = False
+        inside = False
+        for i in range(k):
+            d[i] = a * X[i, 0] + b * X[i, 1] - c
+            if d[i] > 0:
+                out = True
+            else:
+                inside = True
+        if not out:
+            continue
+        if not inside:
+            return X[:0].copy(), L[:0].copy()
+        m = 0
+        for i in range(k):
+            i1 = i + 1 if i + 1 < k else 0
+            if d[i] <= 0:
+                Y[m, 0], Y[m, 1] = X[i, 0], X[i, 1]
+                N[m] = L[i]
+                m += 1
+                if d[i1] > 0:
+                    t = d[i] / (d[i] - d[i1])
+                    Y[m, 0] = X[i, 0] + t * (X[i1, 0] - X[i, 0])
+                    Y[m, 1] = X[i, 1] + t * (X[i1, 1] - X[i, 1])
+                    N[m] = j
+                    m += 1
+            elif d[i1] <= 0:
+                t = d[i] / (d[i] - d[i1])
+                Y[m, 0] = X[i, 0] + t * (X[i1, 0] - X[i, 0])
+                Y[m, 1] = X[i, 1] + t * (X[i1, 1] - X[i, 1])
+                N[m] = L[i]
+                m += 1
+        X, Y = Y, X
+        L, N = N, L
+        k = m
+    return X[:k].copy(), L[:k].copy()
+
+
+@njit(cache=True, nogil=True)
+def area(V):
+    """Shoelace area of a counter-clockwise polygon."""
+    k = V.shape[0]
+    s = 0.0
+    for i in range(k):
+        i1 = i + 1 if i + 1 < k else 0
+        s += V[i, 0] * V[i1, 1] - V[i1, 0] * V[i, 1]
+    return 0.5 * s
+
+
+@njit(cache=True, nogil=True)
+def centroid(V):
+    """The area centroid of a convex polygon (inside it)."""
+    k = V.shape[0]
+    s = cx = cy = 0.0
+    for i in range(k):
+        i1 = i + 1 if i + 1 < k else 0
+        w = V[i, 0] * V[i1, 1] - V[i1, 0] * V[i, 1]
+        s += w
+        cx += (V[i, 0] + V[i1, 0]) * w
+        cy += (V[i, 1] + V[i1, 1]) * w
+    if s == 0.0:
+        return V[:, 0].mean(), V[:, 1].mean()
+    return cx / (3.0 * s), cy / (3.0 * s)
+
+
+@njit(cache=True, nogil=True)
+def _split(V, a, b, c):
+    """The convex polygon V cut by the line a p1 + b p2 = c: (part with <= c, part
+    with >= c)."""
+    lab = np.full(V.shape[0], -1, np.int64)
+    one = np.empty((1, 5))
+    one[0, 0], one[0, 1], one[0, 2] = a, b, c
+    lo = clip(V, lab, one, 0.0)[0]
+    one[0, 0], one[0, 1], one[0, 2] = -a, -b, -c
+    hi = clip(V, lab, one, 0.0)[0]
+    return lo, hi
+
+
+# ------------------------------------------------------------------ seen partitions
+@njit(cache=True, nogil=True)
+def _hash(st):
+    h = np.uint64(14695981039346656037)
+    for v in st:
+        h = (h ^ np.uint64(v + 1)) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _slot(table, store, st):
+    """(index of ``st`` in ``store`` or -1, the table slot where it is or goes)."""
+    mask = np.uint64(table.shape[0] - 1)
+    s = np.int64(_hash(st) & mask)
+    while True:
+        k = table[s]
+        if k < 0:
+            return -1, s
+        same = True
+        for i in range(st.shape[0]):
+            if store[k, i] != st[i]:
+                same = False
+                break
+        if same:
+            return k, s
+        s = np.int64((np.uint64(s) + np.uint64(1)) & mask)
+
+
+@njit(cache=True, nogil=True)
+def seen_contains(table, store, st):
+    return _slot(table, store, st)[0] >= 0
+
+
+@njit(cache=True, nogil=True)
+def _seen_add(table, store, count, st, slot):
+    """Add ``st`` at ``slot``; the table doubles past half full, the store when
+    full. Returns (table, store, count)."""
+    if count == store.shape[0]:
+        grown = np.empty((2 * store.shape[0], store.shape[1]), np.int8)
+        grown[:count] = store[:count]
+        store = grown
+    store[count] = st
+    table[slot] = count
+    count += 1
+    if 2 * count > table.shape[0]:
+        table = np.full(2 * table.shape[0], -1, np.int64)
+        for k in range(count):
+            table[_slot(table, store, store[k])[1]] = k
+    return table, store, count
+
+
+# ------------------------------------------------------------------ the walk
+@njit(cache=True, nogil=True)
+def walk(Q, y, box, rcoef, dom, Kv,
+         table, store, n_seen,
+         qst, qpt, qhas, head, tail,
+         diag, tol, area_tol, probe, correcting, budget):  # fmt: skip
+    """Breadth-first walk over critical regions (Theorem 3) from the queued
+    partitions (qst[head:tail], with the probe point each came through, if any),
+    until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
+    (WALK_MORE: call again to go on), or a singular bordered system is met
+    (WALK_SINGULAR: non-unique duals, for the caller's exact slow path).
+
+    Each region is recorded once, whole: its partition, its polygon in ``dom`` and, for
+    the validation rows of ``Kv`` (n_val, n), the numerators h = Kv (alpha * y) + b' of
+    their decision values as coefficients of (1, p1, p2). A move is first checked at a
+    point just across its facet (``probe`` > 0); where the region's solution carried
+    there breaks several rows (a degenerate crossing) they all move; a move that does
+    not hold there is dropped (``correcting``: corrected there instead)."""
+    n = y.shape[0]
+    nv = Kv.shape[0]
+    cap = 64
+    r_state = np.empty((cap, n), np.int8)
+    r_off = np.zeros(cap + 1, np.int64)
+    r_vert = np.empty((cap * 8, 2))
+    r_area = np.empty(cap)
+    r_h = np.empty((cap, nv, 3))
+    nreg = 0
+    dom_lab = np.full(dom.shape[0], -1, np.int64)
+    status = WALK_DONE
+    while head < tail:
+        st = qst[head].copy()
+        px, py, has = qpt[head, 0], qpt[head, 1], qhas[head]
+        head += 1
+        k, slot = _slot(table, store, st)
+        if k >= 0:
+            continue
+        alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+        miss = -np.inf
+        if has:
+            for j in range(ineq.shape[0]):
+                miss = max(miss, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
+        if correcting and miss > 0:
+            # the walk has broken into islands that seeding reconnects only slowly:
+            # the partition that holds just across the facet
+            st, moves = correct(Q, y, box, rcoef, st, px, py, 10)
+            diag[D_CORRECTIONS] += moves
+            k, slot = _slot(table, store, st)
+            if k >= 0:
+                continue
+            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+            miss = -np.inf
+            for j in range(ineq.shape[0]):
+                miss = max(miss, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
+        if miss > 1e-9:
+            # does not hold just across the facet it came through (a degenerate
+            # crossing): its region is empty or lies elsewhere, where another
+            # neighbour or a gap seed finds it; not marked seen
+            diag[D_DEGENERATE] += 1
+            continue
+        table, store, n_seen = _seen_add(table, store, n_seen, st, slot)
+        if singular:
+            diag[D_SINGULAR] += 1
+            status = WALK_SINGULAR
+            break
+        P, lab = clip(dom, dom_lab, ineq, tol)
+        A = area(P) if P.shape[0] >= 3 else 0.0
+        if A <= area_tol:
+            diag[D_THIN] += 1
+            diag[D_THIN_AREA] += max(A, 0.0)
+            continue
+        # record the region
+        if nreg == r_state.shape[0]:
+            cap = 2 * cap
+            r_state = _grow2(r_state, cap)
+            r_area = _grow1(r_area, cap)
+            r_h = _grow3(r_h, cap)
+            off = np.zeros(cap + 1, np.int64)
+            off[: nreg + 1] = r_off[: nreg + 1]
+            r_off = off
+        r_state[nreg] = st
+        r_area[nreg] = A
+        start = r_off[nreg]
+        while start + P.shape[0] > r_vert.shape[0]:
+            r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
+        r_vert[start : start + P.shape[0]] = P
+        r_off[nreg + 1] = start + P.shape[0]
+        for v in range(nv):
+            h0, h1, h2 = bprime[0], bprime[1], bprime[2]
+            for j in range(n):
+                if st[j] != R_SET:
+                    w = Kv[v, j] * y[j]
+                    h0 += w * alpha[j, 0]
+                    h1 += w * alpha[j, 1]
+                    h2 += w * alpha[j, 2]
+            r_h[nreg, v, 0], r_h[nreg, v, 1], r_h[nreg, v, 2] = h0, h1, h2
+        nreg += 1
+        diag[D_REGIONS] += 1
+        # the neighbour across every facet (Theorem 3)
+        npts = P.shape[0]
+        for i in range(npts):
+            f = lab[i]
+            if f < 0 or ineq[f, 4] < 0:
+                continue
+            i1 = i + 1 if i + 1 < npts else 0
+            ex, ey = P[i1, 0] - P[i, 0], P[i1, 1] - P[i, 1]
+            length = np.hypot(ex, ey)
+            if length <= 1e-15:
+                continue
+            nxt = st.copy()
+            qx = qy = 0.0
+            hp = probe > 0
+            if hp:
+                nrm = max(np.hypot(ineq[f, 0], ineq[f, 1]), 1e-300)
+                # no farther than a thousandth of the edge: small regions have small
+                # neighbours
+                dist = min(probe, 1e-3 * length)
+                qx = 0.5 * (P[i, 0] + P[i1, 0]) + dist * ineq[f, 0] / nrm
+                qy = 0.5 * (P[i, 1] + P[i1, 1]) + dist * ineq[f, 1] / nrm
+                broken = 0
+                for j in range(ineq.shape[0]):
+                    if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
+                        broken += 1
+                if broken > 1:
+                    # this region's solution, carried across, breaks more rows than
+                    # the facet's (a degenerate crossing): they all move
+                    diag[D_DEGENERATE] += 1
+                    for j in range(ineq.shape[0]):
+                        if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
+                            nxt[int(ineq[j, 3])] = move_to(int(ineq[j, 4]))
+                else:
+                    nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
+            else:
+                nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
+            if _slot(table, store, nxt)[0] >= 0:
+                continue
+            if tail == qst.shape[0]:
+                qst = _grow2(qst, 2 * tail)
+                qpt = _grow2(qpt, 2 * tail)
+                qhas = _grow1(qhas, 2 * tail)
+            qst[tail] = nxt
+            qpt[tail, 0], qpt[tail, 1] = qx, qy
+            qhas[tail] = hp
+            tail += 1
+        if nreg >= budget:
+            status = WALK_MORE
+            break
+    if status == WALK_DONE and head < tail:
+        status = WALK_MORE
+    nvtx = r_off[nreg]
+    return (status, table, store, n_seen, qst, qpt, qhas, head, tail,
+            r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
+            r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _grow1(a, cap):
+    out = np.empty(cap, a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _grow2(a, cap):
+    out = np.empty((cap, a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _grow3(a, cap):
+    out = np.empty((cap, a.shape[1], a.shape[2]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+# ------------------------------------------------------------------ invariant cells
+@njit(cache=True, nogil=True)
+def cells(vert, off, piece_region, H, y_val, tol):
+    """Every convex piece (vert[off[p]:off[p+1]]) of a region split by the sign of
+    each validation row's decision numerator h = H[region, v] . (1, p1, p2) (eq.
+    15-18): one line per row. Returns the cells' vertices and offsets, their region
+    and their counts of false negatives and false positives (a row is predicted
+    positive where h > 0)."""
+    nv = y_val.shape[0]
+    c_vert = np.empty((max(16, 4 * vert.shape[0]), 2))
+    c_off = np.zeros(64 + 1, np.int64)
+    c_reg = np.empty(64, np.int64)
+    c_fn = np.empty(64, np.int32)
+    c_fp = np.empty(64, np.int32)
+    nc = 0
+    for p in range(off.shape[0] - 1):
+        r = piece_region[p]
+        work = [vert[off[p] : off[p + 1]].copy()]
+        for v in range(nv):
+            h0, h1, h2 = H[r, v, 0], H[r, v, 1], H[r, v, 2]
+            sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
+            nxt = []
+            for W in work:
+                pos = neg = False
+                for i in range(W.shape[0]):
+                    hv = h0 + h1 * W[i, 0] + h2 * W[i, 1]
+                    if hv > sc:
+                        pos = True
+                    elif hv < -sc:
+                        neg = True
+                if not (pos and neg):
+                    nxt.append(W)
+                    continue
+                lo, hi = _split(W, h1, h2, -h0)
+                if lo.shape[0] >= 3 and area(lo) > 0:
+                    nxt.append(lo)
+                if hi.shape[0] >= 3 and area(hi) > 0:
+                    nxt.append(hi)
+            work = nxt
+        for W in work:
+            cx, cy = centroid(W)
+            fn = fp = 0
+            for v in range(nv):
+                f = H[r, v, 0] + H[r, v, 1] * cx + H[r, v, 2] * cy
+                if y_val[v] > 0 and not f > 0:
+                    fn += 1
+                elif y_val[v] < 0 and f > 0:
+                    fp += 1
+            if nc == c_reg.shape[0]:
+                c_reg = _grow1(c_reg, 2 * nc)
+                c_fn = _grow1(c_fn, 2 * nc)
+                c_fp = _grow1(c_fp, 2 * nc)
+                o = np.zeros(2 * nc + 1, np.int64)
+                o[: nc + 1] = c_off[: nc + 1]
+                c_off = o
+            start = c_off[nc]
+            while start + W.shape[0] > c_vert.shape[0]:
+                c_vert = _grow2(c_vert, 2 * c_vert.shape[0])
+            c_vert[start : start + W.shape[0]] = W
+            c_off[nc + 1] = start + W.shape[0]
+            c_reg[nc], c_fn[nc], c_fp[nc] = r, fn, fp
+            nc += 1
+    return (c_vert[: c_off[nc]].copy(), c_off[: nc + 1].copy(), c_reg[:nc].copy(),
+            c_fn[:nc].copy(), c_fp[:nc].copy())  # fmt: skip
+
+
+# ------------------------------------------------------------------ folds' best point
+@njit(cache=True, nogil=True)
+def _bbox(V):
+    return V[:, 0].min(), V[:, 1].min(), V[:, 0].max(), V[:, 1].max()
+
+
+@njit(cache=True, nogil=True)
+def _intersect(P, C):
+    """Convex P n convex C (both counter-clockwise): P clipped by C's edges."""
+    k = C.shape[0]
+    ineq = np.empty((k, 5))
+    for i in range(k):
+        i1 = i + 1 if i + 1 < k else 0
+        a1 = C[i1, 1] - C[i, 1]
+        a2 = -(C[i1, 0] - C[i, 0])
+        ineq[i, 0], ineq[i, 1], ineq[i, 2] = a1, a2, a1 * C[i, 0] + a2 * C[i, 1]
+    return clip(P, np.full(P.shape[0], -1, np.int64), ineq, 0.0)[0]
+
+
+@njit(cache=True, nogil=True)
+def best_point(vert, off, fold_start, fn, fp, cost_fn, cost_fp, bounds, piece_tol):
+    """The least K-fold sum of cost_fn * FN + cost_fp * FP over the parameter domain
+    (each fold's cells, fold k = cells fold_start[k]:fold_start[k+1], partition it),
+    by branch-and-bound: depth k intersects a cell of fold k with the piece built so
+    far, the cells of each fold taken in increasing error, a branch dropped once its
+    error plus the least error of every later fold exceeds the best found. Among the
+    pieces (intersections of one cell per fold, convex, area > ``piece_tol``) with the
+    least error, the largest. Returns (error, FN, FP, vertices of the piece, number
+    of intersections tried)."""
+    K = fold_start.shape[0] - 1
+    ncell = off.shape[0] - 1
+    err = np.empty(ncell)
+    for c in range(ncell):
+        err[c] = cost_fn * fn[c] + cost_fp * fp[c]
+    lb = np.zeros(K + 1)  # least error of folds k.. K-1
+    for k in range(K - 1, -1, -1):
+        lo = np.inf
+        for c in range(fold_start[k], fold_start[k + 1]):
+            lo = min(lo, err[c])
+        lb[k] = lb[k + 1] + lo
+    # a G x G grid of buckets per fold over the domain's bounds, each holding the
+    # cells whose bounding box meets it
+    G = 64
+    x0, y0, x1, y1 = bounds[0], bounds[1], bounds[2], bounds[3]
+    sx, sy = G / max(x1 - x0, 1e-300), G / max(y1 - y0, 1e-300)
+    bb = np.empty((ncell, 4))
+    for c in range(ncell):
+        bb[c, 0], bb[c, 1], bb[c, 2], bb[c, 3] = _bbox(vert[off[c] : off[c + 1]])
+    cnt = np.zeros(K * G * G + 1, np.int64)
+    for k in range(K):
+        for c in range(fold_start[k], fold_start[k + 1]):
+            i0, j0, i1, j1 = _cells_of(bb[c], x0, y0, sx, sy, G)
+            for i in range(i0, i1 + 1):
+                for j in range(j0, j1 + 1):
+                    cnt[k * G * G + i * G + j + 1] += 1
+    bstart = np.cumsum(cnt)
+    fill = bstart[:-1].copy()
+    bucket = np.empty(bstart[-1], np.int64)
+    for k in range(K):
+        for c in range(fold_start[k], fold_start[k + 1]):
+            i0, j0, i1, j1 = _cells_of(bb[c], x0, y0, sx, sy, G)
+            for i in range(i0, i1 + 1):
+                for j in range(j0, j1 + 1):
+                    b = k * G * G + i * G + j
+                    bucket[fill[b]] = c
+                    fill[b] += 1
+    stamp = np.full(ncell, -1, np.int64)
+    nquery = 0
+    # depth-first search with explicit stacks
+    cand = np.empty((K, ncell), np.int64)
+    ncand = np.zeros(K, np.int64)
+    pos = np.zeros(K, np.int64)
+    psum = np.zeros(K + 1)
+    sfn = np.zeros(K + 1, np.int64)
+    sfp = np.zeros(K + 1, np.int64)
+    pieces = [vert[0:0].copy() for _ in range(K + 1)]
+    order0 = np.argsort(err[fold_start[0] : fold_start[1]], kind="mergesort")
+    for i in range(order0.shape[0]):
+        cand[0, i] = fold_start[0] + order0[i]
+    ncand[0] = order0.shape[0]
+    best, best_area = np.inf, -1.0
+    best_fn = best_fp = 0
+    best_piece = vert[0:0].copy()
+    tried = 0
+    k = 0
+    while k >= 0:
+        if pos[k] >= ncand[k]:
+            k -= 1
+            continue
+        c = cand[k, pos[k]]
+        pos[k] += 1
+        total = psum[k] + err[c]
+        eps = 1e-9 * max(1.0, abs(best)) if best < np.inf else 0.0
+        if total + lb[k + 1] > best + eps:
+            pos[k] = ncand[k]  # the rest of this level is no better
+            continue
+        C = vert[off[c] : off[c + 1]]
+        P = C.copy() if k == 0 else _intersect(pieces[k], C)
+        tried += 1
+        if P.shape[0] < 3:
+            continue
+        A = area(P)
+        if A <= piece_tol:
+            continue
+        if k == K - 1:
+            if total < best - eps or A > best_area:
+                if total < best - eps:
+                    best = total
+                best_area, best_piece = A, P
+                best_fn, best_fp = sfn[k] + fn[c], sfp[k] + fp[c]
+            continue
+        pieces[k + 1] = P
+        psum[k + 1] = total
+        sfn[k + 1], sfp[k + 1] = sfn[k] + fn[c], sfp[k] + fp[c]
+        k += 1
+        # the cells of fold k whose bounding boxes meet the piece's, by error
+        nquery += 1
+        px0, py0, px1, py1 = _bbox(P)
+        i0, j0, i1, j1 = _cells_of(np.array([px0, py0, px1, py1]), x0, y0, sx, sy, G)
+        m = 0
+        for i in range(i0, i1 + 1):
+            for j in range(j0, j1 + 1):
+                b = k * G * G + i * G + j
+                for t in range(bstart[b], bstart[b + 1]):
+                    q = bucket[t]
+                    if stamp[q] == nquery:
+                        continue
+                    stamp[q] = nquery
+                    if (bb[q, 0] > px1 or bb[q, 2] < px0 or bb[q, 1] > py1
+                            or bb[q, 3] < py0):  # fmt: skip
+                        continue
+                    if psum[k] + err[q] + lb[k + 1] > best + eps:
+                        continue
+                    cand[k, m] = q
+                    m += 1
+        if m > 1:
+            o = np.argsort(err[cand[k, :m]], kind="mergesort")
+            cand[k, :m] = cand[k, :m][o]
+        ncand[k] = m
+        pos[k] = 0
+    return best, best_fn, best_fp, best_piece, tried
+
+
+@njit(cache=True, nogil=True)
+def _cells_of(b, x0, y0, sx, sy, G):
+    i0 = min(max(int((b[0] - x0) * sx), 0), G - 1)
+    i1 = min(max(int((b[2] - x0) * sx), 0), G - 1)
+    j0 = min(max(int((b[1] - y0) * sy), 0), G - 1)
+    j1 = min(max(int((b[3] - y0) * sy), 0), G - 1)
+    return i0, j0, i1, j1
