@@ -310,3 +310,160 @@ def test_search_on_duplicated_rows_gives_the_unmerged_cv_error():
             direct_cv_error(X, y, folds, c_pos, c_neg, 2.0)
         ), (lam, eta)
         checked += 1
+
+
+# ------------------------------------------------------------ the compiled core
+@pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
+def test_compiled_walk_visits_the_partitions_of_the_geos_walk(space):
+    """The compiled neighbour walk records the same critical regions (partitions and
+    areas) as the walk over shapely polygons it replaces on the fast path."""
+    X, y = _data(26, seed=8)
+    fast = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    regions = fast.run()
+    assert fast.diag.slow_path == 0 and fast.diag.regions == len(regions)
+    slow = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    ref = slow._run_neighbours()
+    got = {r.state.tobytes(): r.polygon.area for r in regions}
+    want = {r.state.tobytes(): r.polygon.area for r in ref}
+    # the GEOS walk widens each region by tol = 1e-9 past its lines (then gives the
+    # overlaps up): areas agree to that, and only regions about that thin (area
+    # ~1e-9, kept there, too thin here to be reached or kept) differ
+    both = got.keys() & want.keys()
+    assert len(both) >= 0.98 * len(want)
+    assert max(abs(got[k] - want[k]) for k in both) <= 1e-7
+    assert all(want[k] <= 1e-8 for k in want.keys() - both)
+    assert all(got[k] <= 1e-8 for k in got.keys() - both)
+    # covered but for the regions too thin to keep (area <= area_tol each)
+    area = fast.space.domain(fast.lambda_min).area
+    assert sum(got.values()) + fast.diag.thin_area == pytest.approx(area, abs=1e-9)
+
+
+def test_singular_systems_take_the_exact_geos_walk():
+    X, y = _data(24, seed=5)
+    X, y = np.vstack([X, X[:8]]), np.r_[y, y[:8]]
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    regions = p.run()
+    assert p.diag.slow_path == 1 and p.diag.singular_systems > 0
+    assert sum(r.polygon.area for r in regions) == pytest.approx(0.95, abs=1e-6)
+
+
+def test_clip_labels_each_edge_by_the_line_that_made_it():
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    square = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    # x + y <= 1.5, -x <= -0.25 (x >= 0.25), and one that cuts nothing
+    ineq = np.array([[1.0, 1.0, 1.5, 0, 0], [-1.0, 0.0, -0.25, 0, 0],
+                     [0.0, 1.0, 5.0, 0, 0]])  # fmt: skip
+    V, lab = K.clip(square, np.full(4, -1), ineq, 0.0)
+    want = shapely.box(0.25, 0, 1, 1).intersection(
+        shapely.Polygon([(0, 0), (1.5, 0), (0, 1.5)])
+    )
+    assert K.area(V) == pytest.approx(want.area) and len(V) == 5
+    assert sorted(lab.tolist()) == [-1, -1, -1, 0, 1]
+    for i, k in enumerate(lab):  # both ends of an edge labelled k lie on line k
+        if k >= 0:
+            for p in (V[i], V[(i + 1) % len(V)]):
+                assert ineq[k, :2] @ p == pytest.approx(ineq[k, 2])
+    assert len(K.clip(square, np.full(4, -1), np.array([[1.0, 0, -1, 0, 0]]), 0.0)[0]) == 0
+
+
+def _random_cells(rng, lines):
+    """A partition of the unit square by ``lines`` random lines: convex cells with
+    random (FN, FP) counts."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    cells = [np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])]
+    for _ in range(lines):
+        a, b = rng.standard_normal(2)
+        c = a * rng.uniform() + b * rng.uniform()
+        nxt = []
+        for V in cells:
+            for part in K._split(V, a, b, c):
+                if len(part) >= 3 and K.area(part) > 1e-9:
+                    nxt.append(part)
+        cells = nxt
+    off = np.r_[0, np.cumsum([len(V) for V in cells])]
+    return {"vert": np.concatenate(cells), "off": off,
+            "fn": rng.integers(0, 4, len(cells)), "fp": rng.integers(0, 4, len(cells))}  # fmt: skip
+
+
+def _error_at(folds, x, cost_fn, cost_fp):
+    total = 0.0
+    for f in folds:
+        for c in range(len(f["fn"])):
+            poly = shapely.Polygon(f["vert"][f["off"][c] : f["off"][c + 1]])
+            if poly.contains(Point(x)):
+                total += cost_fn * f["fn"][c] + cost_fp * f["fp"][c]
+                break
+        else:
+            raise AssertionError(f"{x} in no cell")
+    return total
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_branch_and_bound_finds_the_least_error_of_the_superposition(seed):
+    """Against brute force on random partitions of three folds: no point of a fine
+    grid has less error than the returned piece, whose centroid has exactly it."""
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.search import _best_of_space
+
+    rng = np.random.default_rng(seed)
+    folds = [_random_cells(rng, 6) for _ in range(3)]
+    err, fn, fp, piece, tried = _best_of_space(folds, 2.0, 1.0, (0, 0, 1, 1))
+    assert err == 2.0 * fn + fp and tried > 0 and K.area(piece) > 0
+    assert _error_at(folds, K.centroid(piece), 2.0, 1.0) == err
+    g = (np.arange(40) + 0.5) / 40
+    least = min(_error_at(folds, (a, b), 2.0, 1.0) for a in g for b in g)
+    assert err <= least
+
+
+def test_among_equal_errors_the_largest_piece_is_returned():
+    from bigrate.model_selection.bpsp.search import _best_of_space
+
+    def strips(xs, fns):  # vertical strips of the unit square
+        V = [np.array([[a, 0.0], [b, 0.0], [b, 1.0], [a, 1.0]])
+             for a, b in zip(xs[:-1], xs[1:])]  # fmt: skip
+        return {"vert": np.concatenate(V), "off": 4 * np.arange(len(V) + 1),
+                "fn": np.array(fns), "fp": np.zeros(len(fns), int)}  # fmt: skip
+
+    whole = strips([0.0, 1.0], [0])
+    # error 0 on [0, 0.1] and [0.2, 1]; a lower error only on a sliver too thin to
+    # hit (1e-13 wide: below PIECE_TOL)
+    parted = strips([0.0, 0.1, 0.2, 0.2 + 1e-13, 1.0], [1, 2, 0, 1])
+    parted["fn"] = np.array([0, 1, 0, 0])
+    err, _, _, piece, _ = _best_of_space([whole, parted], 1.0, 1.0, (0, 0, 1, 1))
+    assert err == 0 and piece[:, 0].min() == pytest.approx(0.2 + 1e-13)
+    sliver = strips([0.0, 0.5, 0.5 + 1e-13, 1.0], [1, 0, 1])
+    err, _, _, piece, _ = _best_of_space([whole, sliver], 1.0, 1.0, (0, 0, 1, 1))
+    assert err == 1  # the sliver's 0 is not a candidate
+
+
+def test_best_for_costs_rescores_the_same_partition_exactly():
+    """Other costs on a fitted search: no new partition, and each returned pair's
+    error equals direct fits and the least error of the GEOS-superposed map."""
+    X, y = _data(40, seed=9)
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=3).split(X, y))
+    s = BPSPSearchCV(gamma=[0.5], cv=folds, cost_fn=1.0, engine="local",
+                     lambda_min=0.1, progress=False).fit(X, y)  # fmt: skip
+    assert s.best_region_area_ > 0
+    for r in s.best_for_costs([(4.0, 1.0), (1.0, 3.0)]):
+        bp = r["params"]
+        direct = direct_cv_error_costs(X, y, folds, bp["C_pos"], bp["C_neg"],
+                                       r["cost_fn"], r["cost_fp"])  # fmt: skip
+        assert r["cv_error"] == pytest.approx(direct)
+        cv_map = s.cv_error_map(r["cost_fn"], r["cost_fp"])[0.5]
+        least = min(c[0]["cv_error"] for c in cv_map.values())
+        assert r["cv_error"] == pytest.approx(least)
+    with pytest.raises(ValueError, match="costs must be pairs"):
+        s.best_for_costs([(0.0, 1.0)])
+
+
+def direct_cv_error_costs(X, y, folds, C_pos, C_neg, cost_fn, cost_fp, gamma=0.5):
+    cost = 0.0
+    for tr, te in folds:
+        m = CostSensitiveSVC(C_pos=C_pos, C_neg=C_neg, gamma=gamma, tol=1e-9).fit(
+            X[tr], y[tr]
+        )
+        pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
+        cost += (np.where(y[te] > 0, cost_fn, cost_fp) * (pred != y[te])).sum()
+    return cost / len(y)

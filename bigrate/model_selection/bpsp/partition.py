@@ -155,7 +155,12 @@ class Region:
     again on first use where the walk kept only the partition)."""
 
     def __init__(self, polygon, state, affine=None, solve=None):
-        self._polygon, self.state, self._affine, self._solve = polygon, state, affine, solve
+        self._polygon, self.state, self._affine, self._solve = (
+            polygon,
+            state,
+            affine,
+            solve,
+        )
 
     @property
     def polygon(self):
@@ -332,7 +337,9 @@ class Partitioner:
         ``fn``, ``fp`` (cells,)."""
         Kv = np.ascontiguousarray(Kv, float)
         y_val = np.asarray(y_val, float)
-        walked = self._run_compiled(progress, Kv) if self.method == "neighbours" else None
+        walked = (
+            self._run_compiled(progress, Kv) if self.method == "neighbours" else None
+        )
         if isinstance(walked, Walked):
             vert, off, H = walked.vert, walked.off, walked.H
             owner = np.arange(len(walked.areas))
@@ -384,7 +391,11 @@ class Partitioner:
         n = len(self.y)
         Kv = np.zeros((0, n)) if Kv is None else Kv
         rcoef = self.space.r_coef
-        table, store, n_seen = np.full(1024, -1, np.int64), np.empty((256, n), np.int8), 0
+        table, store, n_seen = (
+            np.full(1024, -1, np.int64),
+            np.empty((256, n), np.int8),
+            0,
+        )
         qst, qpt = np.empty((256, n), np.int8), np.zeros((256, 2))
         qhas, head, tail = np.zeros(256, np.bool_), 0, 0
         kd = np.zeros(_k.N_DIAG)
@@ -394,11 +405,12 @@ class Partitioner:
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
         seeds, gaps = [rect], []
-        budget = 2000 if progress is not None else self.max_regions + 1
+        # regions per walk call: a progress report between calls
+        chunk = 2000 if progress is not None else self.max_regions + 1
         for _round in range(50):
             for area in seeds:
                 st = self._seed(
-                    area, lambda s: _k.seen_contains(table, store, s), rng
+                    area, lambda s, t=table, m=store: _k.seen_contains(t, m, s), rng
                 )
                 if tail == len(qst):
                     qst, qpt = np.vstack([qst, qst]), np.vstack([qpt, qpt])
@@ -408,13 +420,33 @@ class Partitioner:
             found = 0
             while True:
                 (status, table, store, n_seen, qst, qpt, qhas, head, tail, *new) = (
-                    _k.walk(self.Q, self.y, self.box, rcoef, dom, Kv, table, store,
-                            n_seen, qst, qpt, qhas, head, tail, kd, CLIP_TOL,
-                            self.area_tol, probe, correcting,
-                            self.max_regions + 1 - n_regions)  # fmt: skip
+                    _k.walk(
+                        self.Q,
+                        self.y,
+                        self.box,
+                        rcoef,
+                        dom,
+                        Kv,
+                        table,
+                        store,
+                        n_seen,
+                        qst,
+                        qpt,
+                        qhas,
+                        head,
+                        tail,
+                        kd,
+                        CLIP_TOL,
+                        self.area_tol,
+                        probe,
+                        correcting,
+                        min(chunk, self.max_regions + 1 - n_regions),
+                    )  # fmt: skip
                 )
                 if status == _k.WALK_SINGULAR:
-                    self.diag = Diagnostics(slow_path=1, direct_solves=self.diag.direct_solves)
+                    self.diag = Diagnostics(
+                        slow_path=1, direct_solves=self.diag.direct_solves
+                    )
                     return None
                 if len(new[3]):
                     chunks.append(new)
@@ -504,7 +536,9 @@ class Partitioner:
         correcting = self.correct_after <= 0
         for _round in range(50):
             for area in seeds:
-                queue.append((self._seed(area, lambda st: st.tobytes() in seen, rng), None))
+                queue.append(
+                    (self._seed(area, lambda st: st.tobytes() in seen, rng), None)
+                )
             while queue:
                 st, probe = queue.popleft()
                 key = st.tobytes()
