@@ -465,16 +465,11 @@ class Partitioner:
             union = overlay(shapely.union_all,
                             [Polygon(walked.vert[walked.off[r] : walked.off[r + 1]])
                              for r in range(len(walked.areas))], diag=self.diag)  # fmt: skip
-            rest = overlay(shapely.difference, rect, union, diag=self.diag)
-            gaps = [g for g in getattr(rest, "geoms", [rest])
-                    if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
+            gaps = self._gaps(rect, union)
             if not gaps or (_round > 0 and found == 0):
                 break
             seeds = gaps
-            correcting = (
-                _round + 1 >= self.correct_after
-                and sum(g.area for g in gaps) > 1e-6 * total
-            )
+            correcting = self._correcting(_round, gaps, total)
         d = self.diag
         d.regions = n_regions
         d.singular_systems += int(kd[_k.D_SINGULAR])
@@ -498,6 +493,21 @@ class Partitioner:
             d.regions = len(regions)
             return regions
         return walked
+
+    def _gaps(self, rect, union):
+        """The parts of ``rect`` outside ``union`` larger than area_tol."""
+        rest = overlay(shapely.difference, rect, union, diag=self.diag)
+        return [g for g in getattr(rest, "geoms", [rest])
+                if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
+
+    def _correcting(self, round_, gaps, total):
+        """Whether moves that fail just across their facet are corrected there from
+        the next round on: after correct_after rounds of seeding, while the gaps are
+        not negligible (the walk has broken into islands)."""
+        return (
+            round_ + 1 >= self.correct_after
+            and sum(g.area for g in gaps) > 1e-6 * total
+        )
 
     @staticmethod
     def _gather(chunks, n_val):
@@ -619,18 +629,13 @@ class Partitioner:
                             [union] + [r.polygon for r in regions[done:]],
                             diag=self.diag)  # fmt: skip
             done = len(regions)
-            rest = overlay(shapely.difference, rect, union, diag=self.diag)
-            gaps = [g for g in getattr(rest, "geoms", [rest])
-                    if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
+            gaps = self._gaps(rect, union)
             if not gaps or (_round > 0 and found == 0):
                 # covered, or this round's seeds found nothing new (the same gaps
                 # would be seeded again, to no end)
                 break
             seeds = gaps
-            correcting = (
-                _round + 1 >= self.correct_after
-                and sum(g.area for g in gaps) > 1e-6 * total
-            )
+            correcting = self._correcting(_round, gaps, total)
         if gaps:
             self.diag.unresolved_pieces += len(gaps)
             self.diag.unresolved_area += sum(g.area for g in gaps)
