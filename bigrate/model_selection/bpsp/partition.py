@@ -405,6 +405,7 @@ class Partitioner:
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
         seeds, gaps = [rect], []
+        union, united = Polygon(), 0  # the union of chunks[:united]
         # regions per walk call: a progress report between calls
         chunk = 2000 if progress is not None else self.max_regions + 1
         for _round in range(50):
@@ -461,10 +462,11 @@ class Partitioner:
             if total - covered <= self.area_tol + kd[_k.D_THIN_AREA]:
                 gaps = []  # every region found: no union needed
                 break
-            walked = self._gather(chunks, Kv.shape[0])
-            union = overlay(shapely.union_all,
-                            [Polygon(walked.vert[walked.off[r] : walked.off[r + 1]])
-                             for r in range(len(walked.areas))], diag=self.diag)  # fmt: skip
+            # the running union takes only the regions found since the last one
+            new_polys = [Polygon(c[1][c[2][r] : c[2][r + 1]])
+                         for c in chunks[united:] for r in range(len(c[3]))]  # fmt: skip
+            union = overlay(shapely.union_all, [union, *new_polys], diag=self.diag)
+            united = len(chunks)
             gaps = self._gaps(rect, union)
             if not gaps or (_round > 0 and found == 0):
                 break
