@@ -458,6 +458,33 @@ def test_best_for_costs_rescores_the_same_partition_exactly():
         s.best_for_costs([(0.0, 1.0)])
 
 
+def test_saved_cells_are_checked_before_the_kernel_reads_them(tmp_path):
+    """A saved search re-scores after loading; cells damaged on disk give an error
+    naming the gamma, space and fold, never an out-of-bounds read."""
+    from bigrate import load_model
+
+    X, y = _data(30, seed=4)
+    s = BPSPSearchCV(gamma=[0.5], cv=2, engine="local", lambda_min=0.2,
+                     spaces=["lambda_eta"], progress=False).fit(X, y)  # fmt: skip
+    loaded = load_model(s.save(tmp_path / "m"))
+    assert loaded.best_for_costs([(3.0, 1.0)]) == s.best_for_costs([(3.0, 1.0)])
+    fold = loaded.cells_[0.5]["lambda_eta"][1]
+    good = fold["off"].copy()
+    for bad, match in [(good[:-1], "off must run from 0"),
+                       (np.r_[good[:-1], good[-1] + 50], "off must run from 0"),
+                       (np.r_[0, 2, good[2:]] if len(good) > 2 else None,
+                        "off must give every cell at least 3")]:  # fmt: skip
+        if bad is None:
+            continue
+        fold["off"] = bad
+        with pytest.raises(ValueError, match=rf"gamma=0.5, lambda_eta, fold 1: {match}"):
+            loaded.best_for_costs([(1.0, 1.0)])
+    fold["off"] = good
+    fold["fn"] = fold["fn"][:-1]
+    with pytest.raises(ValueError, match="one count per cell"):
+        loaded.best_for_costs([(1.0, 1.0)])
+
+
 def direct_cv_error_costs(X, y, folds, C_pos, C_neg, cost_fn, cost_fp, gamma=0.5):
     cost = 0.0
     for tr, te in folds:

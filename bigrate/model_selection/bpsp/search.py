@@ -72,9 +72,32 @@ def _fold_cells(data, train, test, params):
     }  # fmt: skip
 
 
-def _best_of_space(folds, cost_fn, cost_fp, bounds):
+def _check_cells(f, where):
+    """The arrays of one fold's cells, checked before a compiled kernel indexes with
+    them (they may come from a saved model): vert (V, 2) finite, off from 0 to V
+    without a step back, fn and fp one count >= 0 per cell."""
+    vert, off = np.asarray(f["vert"]), np.asarray(f["off"])
+    fn, fp = np.asarray(f["fn"]), np.asarray(f["fp"])
+    problem = None
+    if vert.ndim != 2 or vert.shape[1:] != (2,) or not np.isfinite(vert).all():
+        problem = f"vert must be a finite (V, 2) array, got shape {vert.shape}"
+    elif off.ndim != 1 or len(off) < 1 or off[0] != 0 or off[-1] != len(vert):
+        problem = f"off must run from 0 to len(vert) = {len(vert)}"
+    elif (np.diff(off) < 3).any():
+        problem = "off must give every cell at least 3 vertices"
+    elif fn.shape != (len(off) - 1,) or fp.shape != fn.shape:
+        problem = f"fn and fp must hold one count per cell ({len(off) - 1})"
+    elif (fn < 0).any() or (fp < 0).any():
+        problem = "fn and fp must be counts >= 0"
+    if problem:
+        raise ValueError(f"BPSP cells of {where}: {problem}")
+
+
+def _best_of_space(folds, cost_fn, cost_fp, bounds, where="a fold"):
     """Branch-and-bound over the folds' cells of one (gamma, space): (least summed
     error, FN, FP, vertices of the largest piece with it, intersections tried)."""
+    for k, f in enumerate(folds):
+        _check_cells(f, f"{where}, fold {k}")
     vert = np.concatenate([f["vert"] for f in folds])
     offs, base = [np.zeros(1, np.int64)], 0
     start = [0]
@@ -286,8 +309,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
             for gamma, per in self.cells_.items():
                 for sp, folds in per.items():
                     bounds = SPACES[sp].domain(self.lambda_min).bounds
-                    err, _, _, piece, n = _best_of_space(folds, cost_fn, cost_fp,
-                                                         bounds)  # fmt: skip
+                    err, _, _, piece, n = _best_of_space(
+                        folds, cost_fn, cost_fp, bounds, f"gamma={gamma:g}, {sp}"
+                    )
                     tried += int(n)
                     if len(piece) and (best is None or err < best[0]):
                         best = (err, gamma, sp, piece)
