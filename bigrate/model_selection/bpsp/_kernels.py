@@ -400,10 +400,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
         if k >= 0:
             continue
         alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
-        miss = -np.inf
-        if has:
-            for j in range(ineq.shape[0]):
-                miss = max(miss, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
+        miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
             # the partition that holds just across the facet
@@ -413,9 +410,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
             if k >= 0:
                 continue
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
-            miss = -np.inf
-            for j in range(ineq.shape[0]):
-                miss = max(miss, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
+            miss = _miss(ineq, px, py)
         if miss > 1e-9:
             # does not hold just across the facet it came through (a degenerate
             # crossing): its region is empty or lies elsewhere, where another
@@ -515,6 +510,15 @@ def walk(Q, y, box, rcoef, dom, Kv,
     return (status, table, store, n_seen, qst, qpt, qhas, head, tail,
             r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
             r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _miss(ineq, px, py):
+    """How far the point (px, py) breaks the worst of the inequalities."""
+    worst = -np.inf
+    for j in range(ineq.shape[0]):
+        worst = max(worst, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
+    return worst
 
 
 @njit(cache=True, nogil=True)

@@ -323,9 +323,7 @@ class Partitioner:
                 return self._run_neighbours(progress)
             if isinstance(walked, list):
                 return walked
-            return [Region(walked.vert[walked.off[r] : walked.off[r + 1]],
-                           walked.states[r], solve=self._system)
-                    for r in range(len(walked.areas))]  # fmt: skip
+            return self._regions(walked)
         return self._run_theorem2(progress)
 
     def run_cells(self, Kv, y_val, progress=None):
@@ -487,14 +485,19 @@ class Partitioner:
         # that width along every edge: more than that is an overlap
         slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
         if covered > total + slack:  # overlapping regions: the earlier keeps it
-            regions = [Region(walked.vert[walked.off[r] : walked.off[r + 1]],
-                              walked.states[r], solve=self._system)
-                       for r in range(len(walked.areas))]  # fmt: skip
+            regions = self._regions(walked)
             self._give_up_overlaps(regions)
             regions = [r for r in regions if r.polygon.area > self.area_tol]
             d.regions = len(regions)
             return regions
         return walked
+
+    def _regions(self, walked):
+        """The walk's arrays as :class:`Region` objects (polygon and affine solution
+        built on first use)."""
+        return [Region(walked.vert[walked.off[r] : walked.off[r + 1]],
+                       walked.states[r], solve=self._system)
+                for r in range(len(walked.areas))]  # fmt: skip
 
     def _gaps(self, rect, union):
         """The parts of ``rect`` outside ``union`` larger than area_tol."""
