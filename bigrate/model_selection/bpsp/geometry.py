@@ -183,6 +183,18 @@ def vertices_ccw(poly):
     return np.ascontiguousarray(shapely.get_coordinates(ring)[:-1], dtype=float)
 
 
+def stack_polygons(verts, offs):
+    """One (vertices, offsets) pair from several: polygon r of part k is
+    verts[k][offs[k][r]:offs[k][r + 1]]; the offsets of later parts are shifted by
+    the vertices before them."""
+    out, base = [np.zeros(1, np.int64)], 0
+    for v, o in zip(verts, offs, strict=True):
+        out.append(np.asarray(o[1:], np.int64) + base)
+        base += len(v)
+    vert = np.concatenate(verts) if len(verts) else np.zeros((0, 2))
+    return np.ascontiguousarray(vert, float), np.concatenate(out)
+
+
 def convex_pieces(geom):
     """A polygonal geometry as convex polygons (counter-clockwise vertex arrays):
     each part as it is where it is convex, else its constrained Delaunay triangles

@@ -55,6 +55,7 @@ from bigrate.model_selection.bpsp.geometry import (
     overlay,
     parts,
     polygonal,
+    stack_polygons,
     vertices_ccw,
 )
 
@@ -460,13 +461,11 @@ class Partitioner:
             if total - covered <= self.area_tol + kd[_k.D_THIN_AREA]:
                 gaps = []  # every region found: no union needed
                 break
-            # the running union takes only the regions found since the last one
             new_polys = [Polygon(c[1][c[2][r] : c[2][r + 1]])
                          for c in chunks[united:] for r in range(len(c[3]))]  # fmt: skip
-            union = overlay(shapely.union_all, [union, *new_polys], diag=self.diag)
             united = len(chunks)
-            gaps = self._gaps(rect, union)
-            if not gaps or (_round > 0 and found == 0):
+            union, gaps, finished = self._unite(rect, union, new_polys, _round, found)
+            if finished:
                 break
             seeds = gaps
             correcting = self._correcting(_round, gaps, total)
@@ -499,6 +498,15 @@ class Partitioner:
                        walked.states[r], solve=self._system)
                 for r in range(len(walked.areas))]  # fmt: skip
 
+    def _unite(self, rect, union, new_polys, round_, found):
+        """The running union with this round's regions added (re-uniting every
+        region each round was the fit's largest cost on folds with many seeds), the
+        gaps left, and whether the walk is finished: covered, or a later round's
+        seeds found nothing new (the same gaps would be seeded again, to no end)."""
+        union = overlay(shapely.union_all, [union, *new_polys], diag=self.diag)
+        gaps = self._gaps(rect, union)
+        return union, gaps, not gaps or (round_ > 0 and found == 0)
+
     def _gaps(self, rect, union):
         """The parts of ``rect`` outside ``union`` larger than area_tol."""
         rest = overlay(shapely.difference, rect, union, diag=self.diag)
@@ -520,12 +528,8 @@ class Partitioner:
         if not chunks:
             return Walked(np.zeros((0, 0), np.int8), np.zeros((0, 2)),
                           np.zeros(1, np.int64), np.zeros(0), np.zeros((0, n_val, 3)))  # fmt: skip
-        offs, base = [np.zeros(1, np.int64)], 0
-        for c in chunks:
-            offs.append(c[2][1:] + base)
-            base += c[2][-1]
-        return Walked(np.concatenate([c[0] for c in chunks]),
-                      np.concatenate([c[1] for c in chunks]), np.concatenate(offs),
+        vert, off = stack_polygons([c[1] for c in chunks], [c[2] for c in chunks])
+        return Walked(np.concatenate([c[0] for c in chunks]), vert, off,
                       np.concatenate([c[3] for c in chunks]),
                       np.concatenate([c[4] for c in chunks]))  # fmt: skip
 
@@ -627,17 +631,11 @@ class Partitioner:
                         nxt[int(ineq[j, 3])] = _MOVE[int(ineq[j, 4])]
                     if nxt.tobytes() not in seen:
                         queue.append((nxt, pt))
-            # the running union takes only this round's regions (re-uniting all of
-            # them every round was the fit's largest cost on folds with many seeds)
             found = len(regions) - done
-            union = overlay(shapely.union_all,
-                            [union] + [r.polygon for r in regions[done:]],
-                            diag=self.diag)  # fmt: skip
+            new_polys = [r.polygon for r in regions[done:]]
             done = len(regions)
-            gaps = self._gaps(rect, union)
-            if not gaps or (_round > 0 and found == 0):
-                # covered, or this round's seeds found nothing new (the same gaps
-                # would be seeded again, to no end)
+            union, gaps, finished = self._unite(rect, union, new_polys, _round, found)
+            if finished:
                 break
             seeds = gaps
             correcting = self._correcting(_round, gaps, total)

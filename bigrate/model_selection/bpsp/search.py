@@ -25,6 +25,7 @@ from bigrate.model_selection.bpsp.geometry import (
     REPAIR_GRIDS,
     dissolve,
     parts,
+    stack_polygons,
     superpose,
 )
 from bigrate.model_selection.bpsp.partition import (
@@ -98,16 +99,10 @@ def _best_of_space(folds, cost_fn, cost_fp, bounds, where="a fold"):
     error, FN, FP, vertices of the largest piece with it, intersections tried)."""
     for k, f in enumerate(folds):
         _check_cells(f, f"{where}, fold {k}")
-    vert = np.concatenate([f["vert"] for f in folds])
-    offs, base = [np.zeros(1, np.int64)], 0
-    start = [0]
-    for f in folds:
-        offs.append(np.asarray(f["off"][1:], np.int64) + base)
-        base += int(f["off"][-1])
-        start.append(start[-1] + len(f["fn"]))
+    vert, off = stack_polygons([f["vert"] for f in folds], [f["off"] for f in folds])
+    start = np.cumsum([0] + [len(f["fn"]) for f in folds]).astype(np.int64)
     return _k.best_point(
-        np.ascontiguousarray(vert, float), np.concatenate(offs),
-        np.array(start, np.int64),
+        vert, off, start,
         np.concatenate([f["fn"] for f in folds]).astype(np.int64),
         np.concatenate([f["fp"] for f in folds]).astype(np.int64),
         float(cost_fn), float(cost_fp), np.asarray(bounds, float), PIECE_TOL,
