@@ -6,7 +6,8 @@ For spambase (standardised, subsamples up to all 4,601 rows), a synthetic set of
 n = 10,000 (20 Gaussian features, noisy linear labels) and a9a subsamples: number of kinks
 against n log n, path time, the time to recover one tau, and the mean time of one
 scikit-learn LinearSVC solve with the matching class weights (tau in 0.1, 0.5, 0.9), in
-the same run. Ratios: path / LinearSVC (the paper's Python DPF: 2,800x-3,600x LIBLINEAR)
+the same run, kinks per second and the share of a full scan of the rows read per
+kink (``scan_share``: candidate lists and their rebuilds). Ratios: path / LinearSVC (the paper's Python DPF: 2,800x-3,600x LIBLINEAR)
 and LinearSVC / recovery (goal >= 20). a9a and synthetic fits run in a subprocess with a
 time limit: a9a's one-hot ties can stall the path (see BENCHMARKS.md).
 
@@ -91,6 +92,9 @@ def measure(X, y, alpha):
         "linearsvc_s": t_svc,
         "path_over_linearsvc": t_path / t_svc,
         "linearsvc_over_recover": t_svc / t_rec,
+        "kinks_per_s": path.n_kinks_ / t_path,
+        "scan_share": dg["scan_share"],
+        "refreshes": dg["refreshes"],
         "recoveries": dg["recoveries"],
         "degenerate_directions": dg["degenerate_directions"],
         "merged_rows": dg["merged_rows"],

@@ -414,3 +414,125 @@ def test_gram_matrix_kept_between_kinks_equals_a_fresh_one():
         assert np.allclose(G[:m, :m], Q, rtol=1e-12, atol=1e-12), step
         assert np.allclose(b[:m], y[ml] * (XM @ s_l), rtol=1e-12, atol=1e-12)
         assert not tmp.any()
+
+
+def _one_hot_ties(n=400, seed=0):
+    """Three categorical features one-hot encoded and one rounded number: many rows
+    share a score, so events tie (zero-length steps, several index changes at one
+    kink) and rows of both labels share a feature vector (they do not merge)."""
+    rng = np.random.default_rng(seed)
+    levels = (3, 4, 5)
+    cats = [rng.integers(0, k, n) for k in levels]
+    num = np.round(rng.standard_normal(n), 1)
+    X = np.hstack([np.eye(k)[c] for c, k in zip(cats, levels)] + [num[:, None]])
+    score = cats[0] - 0.5 * cats[1] + 0.3 * cats[2] + num
+    y = np.where(score + rng.standard_normal(n) > 0.5, 1, -1)
+    return sp.csr_matrix(X), y
+
+
+def test_candidate_list_visits_exactly_the_kinks_of_a_full_scan_on_ties():
+    """The event detection from a candidate list (rows whose gradient can reach 0
+    while w stays within the list's radius) is exact: with a refresh after every
+    kink (so both runs do the same arithmetic on the rows they read) it visits the
+    same kinks, at the same tau to the last bit, with the same index changes, as the
+    scan of every row, on a set where events tie. And it reads far fewer rows."""
+    X, y = _one_hot_ties()
+    kw = dict(alpha=1e-2, refresh_every=1)
+    a = QuantilePathSVC(events="candidates", **kw).fit(X, y)
+    b = QuantilePathSVC(events="scan", **kw).fit(X, y)
+    assert a.diagnostics_["zero_steps"] > 20  # ties happen
+    assert a.diagnostics_["index_changes"] > 1.5 * a.n_kinks_
+    assert a.n_kinks_ == b.n_kinks_
+    np.testing.assert_array_equal(a.kinks_, b.kinks_)
+    np.testing.assert_array_equal(a._kink_cptr, b._kink_cptr)
+    np.testing.assert_array_equal(a._cidx, b._cidx)
+    np.testing.assert_array_equal(a._cto, b._cto)
+    np.testing.assert_array_equal(a._bstore, b._bstore)
+    assert a.diagnostics_["radius_regrowths"] > 0  # the widening path was taken
+    assert a.diagnostics_["rows_examined"] < 0.3 * b.diagnostics_["rows_examined"]
+
+
+@pytest.mark.parametrize("refresh_every", [3, 10, 30])
+def test_candidate_list_path_is_certified_with_sparse_refreshes(refresh_every):
+    """With refreshes only at rebuilds of the list (every refresh_every advances at
+    most, and whenever a segment would leave the radius), rows outside the list go
+    unread for many kinks: the path stays certified at every kink and between."""
+    X, y = _one_hot_ties(n=300, seed=1)
+    path = QuantilePathSVC(alpha=1e-2, refresh_every=refresh_every).fit(X, y)
+    Xd = X.toarray()
+    taus = np.r_[path.kinks_[:: max(1, path.n_kinks_ // 25)], 0.37, 0.61, 1.0]
+    for tau in taus:
+        gap, scale, box, link = _duality_gap(path, Xd, y, tau, 1e-2)
+        assert gap <= 1e-10 * max(scale, 1.0), (tau, gap)
+        assert box <= 1e-12 and link <= 1e-9
+    assert path.diagnostics_["scan_share"] < 0.8
+
+
+def _kink_state(path, want_m):
+    """The state recorded at a kink of a fitted path whose margin set has want_m
+    rows: (X tuple, S tuple, W, F, kappa, tau, beta_M as recorded)."""
+    from bigrate.quantile import _kernels as K
+
+    Xt = path._X()
+    n, d = len(Xt[3]), int(Xt[1].max()) + 1
+    for k in range(1, path.n_kinks_ - 1):
+        b0, b1 = path._kink_bptr[k], path._kink_bptr[k + 1]
+        if b1 - b0 == want_m:
+            break
+    else:
+        raise AssertionError(f"no kink with |M| = {want_m}")
+    state = path._state_at_kink(k)
+    tau = float(path.kinks_[k])
+    M = np.flatnonzero(state == K.M_SET)
+    y, sw = Xt[3], Xt[4]
+    beta = np.where(state == K.L_SET, np.where(y > 0, sw * (1 - tau), sw * tau), 0.0)
+    beta[M] = path._bstore[b0:b1]
+    Xd = sp.csr_matrix((Xt[2], Xt[1], Xt[0]), shape=(n, d)).toarray()
+    w = path._kappa * (beta * y) @ Xd
+    mlist = np.zeros(n, np.int64)
+    mlist[: len(M)] = M
+    mpos = np.full(n, -1, np.int64)
+    mpos[M] = np.arange(len(M))
+    scal = np.array([tau, len(M), 0.0, -1.0])
+    S = (state, beta, np.zeros(n), w, np.zeros(d), mlist, mpos, np.zeros(n),
+         np.zeros(n), scal, np.zeros(n))  # fmt: skip
+    W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
+    F = (None, None, None, None, np.zeros((d, d)), np.full(d, -1, np.int64))
+    return K, Xt, S, W, F, path._kappa, tau, beta[M].copy(), Xd
+
+
+def test_newton_repair_removes_margin_drift_exactly():
+    """The per-kink drift repair: one Newton step on the Gram matrix takes margin
+    multipliers moved off a kink's solution back to it (g_M = 0), with w = kappa
+    sum beta y x kept."""
+    X, y = _data(n=120, d=4, seed=4)
+    path = QuantilePathSVC(alpha=1e-2).fit(X, y)
+    K, Xt, S, W, F, kappa, tau, bM, Xd = _kink_state(path, 3)
+    beta, w, mlist = S[1], S[3], S[5]
+    M = mlist[:3]
+    assert K._margin_drift(Xt, mlist, 3, w, W[5]) < 1e-10  # the recorded kink
+    yy = Xt[3]
+    beta[M] += 1e-7 * np.array([1.0, -2.0, 1.5])
+    w[:] = kappa * (beta * yy) @ Xd
+    assert K._margin_drift(Xt, mlist, 3, w, W[5]) > 1e-9
+    assert K._newton_repair(Xt, S, W, F, kappa, tau, 128)
+    np.testing.assert_allclose(beta[M], bM, rtol=0, atol=1e-12)
+    assert K._margin_drift(Xt, mlist, 3, w, W[5]) < 1e-12
+    np.testing.assert_allclose(w, kappa * (beta * yy) @ Xd, atol=1e-13)
+
+
+def test_newton_repair_declines_a_margin_set_above_the_rank():
+    """More margin rows than design columns make Q_MM singular: no Newton step and
+    nothing changed (the path then refreshes and re-solves by coordinate descent)."""
+    X, y = _data(n=300, d=2, seed=2, noise=0.3)
+    X = np.round(X, 1)  # ties: margin sets larger than the 3 design columns
+    path = QuantilePathSVC(alpha=1e-2).fit(X, y)
+    sizes = np.diff(path._kink_bptr)
+    m = int(sizes[sizes > 3].min())
+    K, Xt, S, W, F, kappa, tau, bM, Xd = _kink_state(path, m)
+    F = (None, None, None, None, np.zeros((m, m)), np.full(m, -1, np.int64))
+    beta, w = S[1].copy(), S[3].copy()
+    K._margin_drift(Xt, S[5], m, S[3], W[5])
+    assert not K._newton_repair(Xt, S, W, F, kappa, tau, 128)
+    np.testing.assert_array_equal(S[1], beta)
+    np.testing.assert_array_equal(S[3], w)
