@@ -79,10 +79,10 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
     drift_tol : float > 0, default 1e-11
         At every kink the margin examples' gradients are checked; one further than
         this from 0 has its margin multipliers repaired by an exact Newton step on
-        the Gram matrix (or by a refresh where that matrix is singular); at a
-        refresh w and every gradient are recomputed exactly and the margin
-        multipliers re-solved if they drifted (both counted in
-        ``diagnostics_["recoveries"]``).
+        the Gram matrix. Where that matrix is singular (more margin examples than
+        the rank) the next refresh, at most 10 kinks later, repairs it: w and every
+        gradient are recomputed exactly and the margin multipliers re-solved if
+        they drifted (both repairs counted in ``diagnostics_["recoveries"]``).
     refresh_every : int, default 60
         The most kinks between two refreshes. A refresh also rebuilds the candidate
         list of ``events="candidates"``, which is rebuilt sooner when w leaves its
