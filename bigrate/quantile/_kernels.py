@@ -1081,8 +1081,11 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         # 4. advance. A step within the tie tolerance in tau is a zero step only if
         # nothing would move by more than vtol over it: a degenerate direction can
         # have multipliers changing at rates of 1e4 and more, where snapping a 1e-11
-        # step to zero leaves their values 1e-7 off (KKT drift)
-        if step <= eps_tie and step * rarg <= vtol:
+        # step to zero leaves their values 1e-7 off (KKT drift). The step to the end
+        # of the path is never snapped: with tau one rounding unit below 1 and no
+        # event left, a zero step would be taken again and again (a stall the
+        # scikit-learn checks' tied 20-row data reached)
+        if step <= eps_tie and step * rarg <= vtol and step < 1.0 - tau:
             step = 0.0
         new_tau = tau + step
         if new_tau >= 1.0:

@@ -468,6 +468,26 @@ def test_candidate_list_path_is_certified_with_sparse_refreshes(refresh_every):
     assert path.diagnostics_["scan_share"] < 0.8
 
 
+@pytest.mark.parametrize("events", ["scan", "candidates"])
+def test_the_path_ends_when_tau_is_one_rounding_unit_below_1(events):
+    """On scikit-learn's dtype-check data (20 rows of small integers, most tied)
+    some refresh periods leave tau at 1 - 2.2e-16 with no event left; that last
+    step used to be snapped to a zero step (it is within the tie tolerance) and was
+    taken again until the stall guard fired. Every refresh period finishes, and the
+    path is certified at its end."""
+    rnd = np.random.RandomState(0)
+    X = (3 * rnd.uniform(size=(20, 5)).astype(np.float32)).astype(np.int64)
+    X = X.astype(np.float64)
+    y = np.array([1, 2] * 10)
+    yy = np.where(y == 2, 1, -1)
+    for refresh_every in (7, 10, 30, 59, 60, 61):
+        path = QuantilePathSVC(refresh_every=refresh_every, events=events).fit(X, y)
+        assert path.kinks_[-1] == 1.0
+        for tau in (0.5, 1.0 - 1e-9, 1.0):
+            gap, scale, box, link = _duality_gap(path, X, yy, tau, path.alpha)
+            assert gap <= 1e-9 * max(scale, 1.0), (refresh_every, tau, gap)
+
+
 def _kink_state(path, want_m):
     """The state recorded at a kink of a fitted path whose margin set has want_m
     rows: (X tuple, S tuple, W, F, kappa, tau, beta_M as recorded)."""
