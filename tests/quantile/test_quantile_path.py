@@ -160,22 +160,35 @@ def test_dense_and_cg_directions_give_the_same_certified_path():
 
 
 def test_nnls_and_box_qp_kernels_match_reference_solvers():
-    """The direction's two dense solvers against scipy: Lawson-Hanson NNLS against
-    scipy.optimize.nnls, the Cholesky active set against L-BFGS-B on random boxed
-    QPs (free, lower-bounded and upper-bounded variables mixed)."""
+    """The direction's two dense solvers against scipy: Lawson-Hanson NNLS (over sparse
+    columns, optionally projected) against scipy.optimize.nnls, the Cholesky active
+    set against L-BFGS-B on random boxed QPs (free, lower-bounded and upper-bounded
+    variables mixed)."""
     from scipy.optimize import nnls as scipy_nnls
 
     from bigrate.quantile import _kernels as K
 
     rng = np.random.default_rng(0)
-    for _ in range(100):
+    for trial in range(200):
         d, p = int(rng.integers(2, 12)), int(rng.integers(1, 20))
         C = rng.standard_normal((d, p))
+        C[rng.uniform(size=C.shape) < 0.3] = 0.0  # sparse columns
         t = rng.standard_normal(d)
-        z, _ = K.nnls(C, t, 1e-12, 10 * p + 50)
-        ref, _ = scipy_nnls(C, t)
+        # the kernel reads C's columns as signed sparse rows and, in half the
+        # trials, minimises the residual projected on a random orthonormal basis P
+        # of f <= d directions: the reference solves min ||P^T C z - P^T t||
+        sgn = rng.choice([-1.0, 1.0], p)
+        rows = sp.csr_matrix((C * sgn).T)
+        Xt = (rows.indptr.astype(np.int64), rows.indices.astype(np.int64),
+              rows.data, np.ones(p), np.ones(p))  # fmt: skip
+        f = d if trial % 2 == 0 else int(rng.integers(1, d + 1))
+        P = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :f] if f < d else np.eye(d)
+        P = np.ascontiguousarray(P)
+        z, _ = K.nnls(Xt, np.arange(p), sgn, p, P, t, 1e-12, 10 * p + 50)
+        ref, _ = scipy_nnls(P.T @ C, P.T @ t)
         assert (z >= 0).all()
-        assert np.linalg.norm(C @ z - t) <= np.linalg.norm(C @ ref - t) + 1e-10
+        got = np.linalg.norm(P.T @ (C @ z - t))
+        assert got <= np.linalg.norm(P.T @ (C @ ref - t)) + 1e-10
     for _ in range(100):
         m = int(rng.integers(1, 25))
         A = rng.standard_normal((m + int(rng.integers(0, 10)), m))
