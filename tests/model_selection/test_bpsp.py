@@ -364,7 +364,9 @@ def test_clip_labels_each_edge_by_the_line_that_made_it():
         if k >= 0:
             for p in (V[i], V[(i + 1) % len(V)]):
                 assert ineq[k, :2] @ p == pytest.approx(ineq[k, 2])
-    assert len(K.clip(square, np.full(4, -1), np.array([[1.0, 0, -1, 0, 0]]), 0.0)[0]) == 0
+    assert (
+        len(K.clip(square, np.full(4, -1), np.array([[1.0, 0, -1, 0, 0]]), 0.0)[0]) == 0
+    )
 
 
 def _random_cells(rng, lines):
@@ -477,7 +479,9 @@ def test_saved_cells_are_checked_before_the_kernel_reads_them(tmp_path):
         if bad is None:
             continue
         fold["off"] = bad
-        with pytest.raises(ValueError, match=rf"gamma=0.5, lambda_eta, fold 1: {match}"):
+        with pytest.raises(
+            ValueError, match=rf"gamma=0.5, lambda_eta, fold 1: {match}"
+        ):
             loaded.best_for_costs([(1.0, 1.0)])
     fold["off"] = good
     fold["fn"] = fold["fn"][:-1]
