@@ -230,7 +230,6 @@ def nnls(X, rows, sgn, p, P, t, tol, max_iter):
             break
         passive[j] = True
         first = True
-        nc = 0
         while it < max_iter:
             it += 1
             nc = 0
@@ -338,7 +337,7 @@ def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
 
 
 @njit(cache=True, nogil=True)
-def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol):
+def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm):
     """The direction's box QP in the d-dimensional primal, for a margin set larger
     than the features can hold apart.
 
@@ -350,8 +349,8 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol):
     bounded ones solved as a non-negative least squares on what remains
     (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
-    as |M| > rank. Returns the active-set steps: NNLS iterations + 1 when any
-    multiplier sits at a bound, 0 otherwise."""
+    as |M| > rank. xnorm holds the rows' 2-norms. Returns the active-set steps: NNLS
+    iterations + 1 when any multiplier sits at a bound, 0 otherwise."""
     indptr, indices, data, y, sw = X
     x = W[5]
     pin = F[1]
@@ -381,10 +380,7 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol):
         i = mlist[bcol[q]]
         brow[q] = i
         bsgn[q] = y[i] if kind[bcol[q]] == 1 else -y[i]
-        nrm = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            nrm += data[p] * data[p]
-        scale = max(scale, np.sqrt(nrm))
+        scale = max(scale, xnorm[i])
         if kind[bcol[q]] == 2:
             _axpy_row(indptr, indices, data, i, sw[i], t)  # t -= h y x, h = -y sw
     first, V, lam = d, np.zeros((d, d)), np.zeros(0)
@@ -674,7 +670,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
 @njit(cache=True, nogil=True)
 def _direction(
     X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
-    gram_max_m,
+    gram_max_m, xnorm,
 ):  # fmt: skip
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
@@ -717,7 +713,7 @@ def _direction(
             solved, steps = _box_qp_chol(Gc, b, m, kind, h, x, pin, 1e-10)
         if not solved:
             route = 2
-            steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11)
+            steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm)
     else:
         it, steps = _direction_cg(
             X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor
@@ -1005,8 +1001,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
          c_used, CG iterations, recoveries, zero steps, refreshes, degenerate
          directions, active-set steps, directions solved in the primal, rows
          examined for events, rebuilds because a segment left the radius, radius
-         regrowths) and diag = (largest KKT drift on
-         M, -, -, -).
+         regrowths) and diag = (largest KKT drift on M, -, -, -).
     V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n]): the candidate
         list (see :func:`_rebuild`), its flags, the w it was built at, work, and the
         rows' 2-norms; vs[V_NSLOTS] its scalars (V_* slots). Gradients of rows
@@ -1061,7 +1056,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         # 1. the direction on M
         it, steps, route = _direction(
             X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-            int(dense_d), int(gram_m),
+            int(dense_d), int(gram_m), xnorm,
         )  # fmt: skip
         degenerate = steps > 0
         cnt[3] += it
