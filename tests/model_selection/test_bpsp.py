@@ -338,6 +338,107 @@ def test_compiled_walk_visits_the_partitions_of_the_geos_walk(space):
     assert sum(got.values()) + fast.diag.thin_area == pytest.approx(area, abs=1e-9)
 
 
+@pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
+def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratch(
+    space,
+):
+    """Across every facet of every region: the system updated from the parent's (a
+    row joining M: the inverse bordered; leaving it for 0 or its box: the row taken
+    out) equals the child's system solved from scratch: M, the bordered inverse,
+    alpha, b', g~, the validation numerators and the inequalities; the few updates
+    refused as too inaccurate (a Schur complement of 1e-3 loses digits) aside."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    X, y = _data(40, seed=3)
+    Kv = cross_kernel(_data(9, seed=4)[0], X, "rbf", 0.5, 0.0, 3)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    args = (p.Q, p.y, p.box, p.space.r_coef)
+    kinds = set()
+    checked = refused = 0
+    for st in p._run_compiled(None, Kv).states:
+        a, b, g, ineq, singular, _, M, B = K.system_inv(*args, st)
+        h = K.numerators(Kv, p.y, st, a, b)
+        for f in range(ineq.shape[0]):
+            row, kind = int(ineq[f, 3]), int(ineq[f, 4])
+            child = st.copy()
+            child[row] = K.move_to(kind)
+            want = K.system_inv(*args, child)
+            if want[4]:
+                continue  # singular: the walk solves it from scratch
+            ok, M2, B2, a2, b2, g2, h2, ineq2 = K.update(*args, Kv, child, row, kind,
+                                                         M, B, a, b, g, h)  # fmt: skip
+            if not ok:  # too inaccurate (the walk solves it from scratch)
+                refused += 1
+                continue
+            o, o_want = np.argsort(M2), np.argsort(want[6])
+            assert (M2[o] == want[6][o_want]).all()
+            B_want = want[7][np.ix_(np.r_[0, o_want + 1], np.r_[0, o_want + 1])]
+            B_got = B2[np.ix_(np.r_[0, o + 1], np.r_[0, o + 1])]
+            np.testing.assert_allclose(B_got, B_want, atol=1e-9 * abs(B_want).max())
+            for got_, want_ in ((a2, want[0]), (b2, want[1]), (g2, want[2]),
+                                (ineq2, want[3]),
+                                (h2, K.numerators(Kv, p.y, child, want[0], want[1]))):  # fmt: skip
+                np.testing.assert_allclose(got_, want_, atol=1e-10)
+            kinds.add(kind)
+            checked += 1
+    assert checked > 500 and kinds == {K.LOWER, K.UPPER, K.E_ROW, K.R_ROW}
+    assert refused <= 0.01 * checked
+
+
+def test_an_update_that_lost_accuracy_is_refused():
+    """An update whose residual (g~ of M at r, y^T alpha = 0) is beyond
+    UPDATE_RESIDUAL is not used: the walk solves that system from scratch."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    X, y = _data(40, seed=3)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    args = (p.Q, p.y, p.box, p.space.r_coef)
+    Kv = np.zeros((0, len(y)))
+    st = p._run_compiled(None, Kv).states[5]
+    a, b, g, ineq, _, _, M, B = K.system_inv(*args, st)
+    h = K.numerators(Kv, p.y, st, a, b)
+    f = next(f for f in range(len(ineq)) if ineq[f, 4] in (K.E_ROW, K.R_ROW))
+    row, kind = int(ineq[f, 3]), int(ineq[f, 4])
+    child = st.copy()
+    child[row] = K.M_SET
+    assert K.update(*args, Kv, child, row, kind, M, B, a, b, g, h)[0]
+    # a parent inverse off by a relative 1e-9 (what a long chain of updates of an
+    # ill-conditioned system can leave)
+    noisy = B * (1 + 1e-9 * np.random.default_rng(0).standard_normal(B.shape))
+    noisy = (noisy + noisy.T) / 2
+    assert not K.update(*args, Kv, child, row, kind, M, noisy, a, b, g, h)[0]
+
+
+@pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
+@pytest.mark.parametrize("pool_floats", [None, 3_000])
+def test_walk_with_updates_equals_the_walk_solving_each_region(space, pool_floats):
+    """The walk whose regions take their systems by updates from their parents' (the
+    default pool (None) holds every parent here; a pool of 3,000 floats a few of
+    them) gives the partition of the walk that solves every region from scratch (a
+    pool of 0)."""
+    X, y = _data(40, seed=3)
+    Kv = cross_kernel(_data(9, seed=4)[0], X, "rbf", 0.5, 0.0, 3)
+
+    def walk(floats):
+        p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+        if floats is not None:
+            p.pool_floats = floats
+        w = p._run_compiled(None, Kv)
+        return p.diag, {s.tobytes(): (a, h) for s, a, h in zip(w.states, w.areas, w.H)}
+
+    ref_diag, ref = walk(0)
+    got_diag, got = walk(pool_floats)
+    assert ref_diag.updated_systems == 0
+    if pool_floats is None:  # the default pool
+        assert got_diag.updated_systems >= 0.9 * got_diag.regions
+    else:  # evictions: some from scratch
+        assert 0 < got_diag.updated_systems < 0.9 * got_diag.regions
+    assert got.keys() == ref.keys()
+    for k, (a, h) in got.items():
+        assert a == pytest.approx(ref[k][0], abs=1e-12)
+        np.testing.assert_allclose(h, ref[k][1], atol=1e-9)
+
+
 def test_singular_systems_take_the_exact_geos_walk():
     X, y = _data(24, seed=5)
     X, y = np.vstack([X, X[:8]]), np.r_[y, y[:8]]

@@ -1,4 +1,5 @@
-"""Compiled kernels of BPSP (Gu et al. 2015): the bordered system of a partition, convex
+"""Compiled kernels of BPSP (Gu et al. 2015): the bordered system of a partition (from
+scratch, or updated across a facet from the neighbour's by rank-one changes), convex
 polygons clipped by half-planes with labelled edges, the neighbour walk over critical
 regions (Theorem 3) with a hashed set of the partitions seen, the invariant cells of a
 validation fold, and the best point of the K-fold sum by branch-and-bound.
@@ -23,7 +24,13 @@ LOWER, UPPER, E_ROW, R_ROW = 0, 1, 2, 3
 WALK_DONE, WALK_MORE, WALK_GUARD, WALK_SINGULAR = 0, 1, 2, 3
 # diagnostics of the walk (a float64 vector: counts, and the area of thin pieces)
 D_REGIONS, D_SINGULAR, D_THIN, D_DEGENERATE, D_CORRECTIONS, D_THIN_AREA = range(6)
-N_DIAG = 6
+D_UPDATES = 6  # regions whose system came by an update from their parent's
+N_DIAG = 7
+# generations of updates (:func:`update`) before a system is solved from scratch again
+MAX_UPDATES = 64
+# the largest residual of an updated system, relative to its largest g~ coefficient
+# (a solve from scratch leaves 1e-14 to 1e-12), beyond which it is solved from scratch
+UPDATE_RESIDUAL = 1e-12
 
 _EPS = np.finfo(np.float64).eps
 
@@ -84,11 +91,9 @@ def inequalities(alpha, gt, state, box, rcoef, consistent):
 
 
 @njit(cache=True, nogil=True)
-def system(Q, y, box, rcoef, state):
-    """The affine solution of a partition (algorithms.md sec. 5): alpha (n, 3), b'
-    (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
-    bordered system was singular (least-norm solution) and whether it is consistent,
-    and the region's inequalities."""
+def _bordered(Q, y, box, rcoef, state):
+    """The margin rows M (in order), the bordered matrix A = [[0, y_M^T], [y_M,
+    Q_MM]], its right-hand side (n_M + 1, 3) and alpha with the E rows at their box."""
     n = y.shape[0]
     m = 0
     for i in range(n):
@@ -121,6 +126,52 @@ def system(Q, y, box, rcoef, state):
                 q = Q[i, j]
                 for t in range(3):
                     rhs[a + 1, t] -= q * box[j, t]
+    return M, A, rhs, alpha
+
+
+@njit(cache=True, nogil=True)
+def _gt(Q, y, state, alpha, bprime):
+    """g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2)."""
+    n = y.shape[0]
+    gt = np.zeros((n, 3))
+    for j in range(n):  # Q is symmetric: row j is column j, read contiguously
+        if state[j] != R_SET:
+            a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
+            for i in range(n):
+                q = Q[j, i]
+                gt[i, 0] += q * a0
+                gt[i, 1] += q * a1
+                gt[i, 2] += q * a2
+    for i in range(n):
+        for t in range(3):
+            gt[i, t] += y[i] * bprime[t]
+    return gt
+
+
+@njit(cache=True, nogil=True)
+def system(Q, y, box, rcoef, state):
+    """The affine solution of a partition (algorithms.md sec. 5): alpha (n, 3), b'
+    (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
+    bordered system was singular (least-norm solution) and whether it is consistent,
+    and the region's inequalities."""
+    alpha, bprime, gt, ineq, singular, consistent, M, B = _system(
+        Q, y, box, rcoef, state, False
+    )
+    return alpha, bprime, gt, ineq, singular, consistent
+
+
+@njit(cache=True, nogil=True)
+def system_inv(Q, y, box, rcoef, state):
+    """:func:`system`, and also the margin rows M in order and the inverse B of the
+    bordered system (0 x 0 where it is singular), for updates across a facet
+    (:func:`update`)."""
+    return _system(Q, y, box, rcoef, state, True)
+
+
+@njit(cache=True, nogil=True)
+def _system(Q, y, box, rcoef, state, inverse):
+    M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
+    m = M.shape[0]
     big = 1.0
     for a in range(m + 1):
         for t in range(3):
@@ -135,6 +186,7 @@ def system(Q, y, box, rcoef, state):
         ok = False
     if ok and _residual(A, sol, rhs) > scale:
         ok = False
+    B = np.zeros((0, 0))
     if not ok:
         # e.g. duplicate rows in M: the least-norm solution; with none consistent for
         # every parameter pair (M empty: y_E^T a_E(p) = 0 on a line only) the region
@@ -142,24 +194,169 @@ def system(Q, y, box, rcoef, state):
         singular = True
         sol = np.linalg.lstsq(A, rhs, _EPS * (m + 1))[0]
         consistent = _residual(A, sol, rhs) <= 1e3 * scale
+    elif inverse:
+        B = np.ascontiguousarray(np.linalg.inv(A))
     bprime = sol[0].copy()
     for a in range(m):
         for t in range(3):
             alpha[M[a], t] = sol[a + 1, t]
-    gt = np.zeros((n, 3))
-    for j in range(n):  # Q is symmetric: row j is column j, read contiguously
-        if state[j] != R_SET:
-            a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
-            for i in range(n):
-                q = Q[j, i]
-                gt[i, 0] += q * a0
-                gt[i, 1] += q * a1
-                gt[i, 2] += q * a2
+    gt = _gt(Q, y, state, alpha, bprime)
+    ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
+    return alpha, bprime, gt, ineq, singular, consistent, M, B
+
+
+@njit(cache=True, nogil=True)
+def numerators(Kv, y, state, alpha, bprime):
+    """The validation rows' decision-value numerators h = Kv (alpha * y) + b' (n_val,
+    3) as coefficients of (1, p1, p2)."""
+    nv, n = Kv.shape
+    h = np.empty((nv, 3))
+    for v in range(nv):
+        h0, h1, h2 = bprime[0], bprime[1], bprime[2]
+        for j in range(n):
+            if state[j] != R_SET:
+                w = Kv[v, j] * y[j]
+                h0 += w * alpha[j, 0]
+                h1 += w * alpha[j, 1]
+                h2 += w * alpha[j, 2]
+        h[v, 0], h[v, 1], h[v, 2] = h0, h1, h2
+    return h
+
+
+@njit(cache=True, nogil=True)
+def update(Q, y, box, rcoef, Kv, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt_p,
+           h_p):  # fmt: skip
+    """The system of the partition ``state``, which is its parent's (margin rows
+    ``Mp``, bordered inverse ``Bp``, solution ``alpha_p``, ``bprime_p``, ``gt_p``,
+    validation numerators ``h_p``) with one ``row`` moved across its inequality of
+    ``kind``, in O(n_M^2 + n n_M) instead of a solve from scratch (the rank-one
+    updates of the paper's sec. 4, after Laskov et al.).
+
+    The two solutions agree on the facet, so they differ by d l(p): l the facet's
+    affine function, d a column of an inverse. A row joining M: l = r - g~_row and d
+    = B' e_row, B' the parent's inverse bordered by the row (Schur complement s); a
+    row leaving M for its bound t (0 or its box): l = t - alpha_row and d = B e_row /
+    B_row,row, B' the parent's inverse with the row's line and column taken out.
+    Returns (ok, M, B, alpha, bprime, g~, h, inequalities); not ok where the new
+    system is nearly singular (|s| or |B_row,row| under 1e-8 of its terms): the
+    caller solves it from scratch."""
+    n = y.shape[0]
+    nv = Kv.shape[0]
+    mb = Bp.shape[0]
+    ell = np.empty(3)
+    if kind == E_ROW or kind == R_ROW:  # the row joins M, last
+        a = np.empty(mb)
+        a[0] = y[row]
+        for k in range(mb - 1):
+            a[k + 1] = Q[Mp[k], row]
+        Ba = Bp @ a
+        aBa = 0.0
+        for k in range(mb):
+            aBa += a[k] * Ba[k]
+        q = Q[row, row]
+        s = q - aBa
+        if not abs(s) > 1e-8 * (abs(q) + abs(aBa)):
+            return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
+                    np.zeros((0, 5)))  # fmt: skip
+        B = np.empty((mb + 1, mb + 1))
+        for i in range(mb):
+            bi = Ba[i] / s
+            for j in range(mb):
+                B[i, j] = Bp[i, j] + bi * Ba[j]
+            B[i, mb] = -bi
+            B[mb, i] = -bi
+        B[mb, mb] = 1.0 / s
+        M = np.empty(mb, np.int64)
+        M[: mb - 1] = Mp
+        M[mb - 1] = row
+        d = B[:, mb].copy()
+        for t in range(3):
+            ell[t] = rcoef[t] - gt_p[row, t]
+        rows = M
+        target = -1.0
+    else:  # the row leaves M for its bound
+        pi = -1
+        for k in range(mb - 1):
+            if Mp[k] == row:
+                pi = k + 1
+        big, bpp = 0.0, 0.0
+        if pi > 0:
+            bpp = Bp[pi, pi]
+            for k in range(mb):
+                big = max(big, abs(Bp[pi, k]))
+        if not abs(bpp) > 1e-8 * big:
+            return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
+                    np.zeros((0, 5)))  # fmt: skip
+        d = Bp[:, pi] / bpp
+        B = np.empty((mb - 1, mb - 1))
+        M = np.empty(mb - 2, np.int64)
+        ii = 0
+        for i in range(mb):
+            if i == pi:
+                continue
+            bi = Bp[i, pi] / bpp
+            jj = 0
+            for j in range(mb):
+                if j == pi:
+                    continue
+                B[ii, jj] = Bp[i, j] - bi * Bp[pi, j]
+                jj += 1
+            if i > 0:
+                M[ii - 1] = Mp[i - 1]
+            ii += 1
+        target = 1.0 if kind == UPPER else 0.0
+        for t in range(3):
+            ell[t] = target * box[row, t] - alpha_p[row, t]
+        rows = Mp
+    alpha = alpha_p.copy()
+    bprime = bprime_p + d[0] * ell
+    u = np.empty(n)
+    for i in range(n):
+        u[i] = y[i] * d[0]
+    for k in range(rows.shape[0]):
+        j, dk = rows[k], d[k + 1]
+        for t in range(3):
+            alpha[j, t] += dk * ell[t]
+        for i in range(n):  # Q is symmetric: row j is column j
+            u[i] += dk * Q[j, i]
+    if target >= 0.0:  # the row is at its bound exactly
+        for t in range(3):
+            alpha[row, t] = target * box[row, t]
+    gt = gt_p.copy()
     for i in range(n):
         for t in range(3):
-            gt[i, t] += y[i] * bprime[t]
-    ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
-    return alpha, bprime, gt, ineq, singular, consistent
+            gt[i, t] += u[i] * ell[t]
+    # the update's own residual: g~ of the rows in M at r, y^T alpha at 0 (g~ and
+    # alpha move together, so this is the residual of the bordered system; updates of
+    # an explicit inverse lose accuracy down a chain of them, by up to 1e4x a step on
+    # ill-conditioned systems)
+    res, big = 0.0, 1.0
+    for i in range(n):
+        for t in range(3):
+            big = max(big, abs(gt[i, t]))
+    for k in range(M.shape[0]):
+        j = M[k]
+        for t in range(3):
+            res = max(res, abs(gt[j, t] - rcoef[t]))
+    for t in range(3):
+        ya = 0.0
+        for i in range(n):
+            if state[i] != R_SET:
+                ya += y[i] * alpha[i, t]
+        res = max(res, abs(ya))
+    if res > UPDATE_RESIDUAL * big:
+        return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
+                np.zeros((0, 5)))  # fmt: skip
+    h = h_p.copy()
+    for v in range(nv):
+        hv = d[0]
+        for k in range(rows.shape[0]):
+            j = rows[k]
+            hv += Kv[v, j] * y[j] * d[k + 1]
+        for t in range(3):
+            h[v, t] += hv * ell[t]
+    ineq = inequalities(alpha, gt, state, box, rcoef, True)
+    return True, M, B, alpha, bprime, gt, h, ineq
 
 
 @njit(cache=True, nogil=True)
@@ -365,10 +562,67 @@ def _seen_add(table, store, count, st, slot):
 
 # ------------------------------------------------------------------ the walk
 @njit(cache=True, nogil=True)
+def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
+    """Write a region's system into the ring ``pool`` at ``at[0]`` (an entry never
+    wraps: it starts over at 0 where it would). Returns where it went (-1: no system,
+    or larger than the pool)."""
+    mb = B.shape[0]
+    n, nv = alpha.shape[0], h.shape[0]
+    size = 2 + (mb - 1) + mb * mb + 6 * n + 3 + 3 * nv
+    P = pool.shape[0]
+    if mb == 0 or size > P:
+        return -1
+    v = at[0]
+    s = v % P
+    if s + size > P:
+        v += P - s
+        s = 0
+    at[0] = v + size
+    pool[s] = mb
+    pool[s + 1] = depth
+    s += 2
+    for k in range(mb - 1):
+        pool[s + k] = M[k]
+    s += mb - 1
+    pool[s : s + mb * mb] = B.ravel()
+    s += mb * mb
+    pool[s : s + 3 * n] = alpha.ravel()
+    s += 3 * n
+    pool[s : s + 3] = bprime
+    s += 3
+    pool[s : s + 3 * n] = gt.ravel()
+    s += 3 * n
+    pool[s : s + 3 * nv] = h.ravel()
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _pool_get(pool, v, n, nv):
+    """The system :func:`_pool_put` wrote at ``v``: (M, B, alpha, b', g~, h,
+    depth), B and the rest as views of the pool."""
+    s = v % pool.shape[0]
+    mb = int(pool[s])
+    depth = int(pool[s + 1])
+    s += 2
+    M = pool[s : s + mb - 1].astype(np.int64)
+    s += mb - 1
+    B = pool[s : s + mb * mb].reshape((mb, mb))
+    s += mb * mb
+    alpha = pool[s : s + 3 * n].reshape((n, 3))
+    s += 3 * n
+    bprime = pool[s : s + 3]
+    s += 3
+    gt = pool[s : s + 3 * n].reshape((n, 3))
+    s += 3 * n
+    h = pool[s : s + 3 * nv].reshape((nv, 3))
+    return M, B, alpha, bprime, gt, h, depth
+
+
+@njit(cache=True, nogil=True)
 def walk(Q, y, box, rcoef, dom, Kv,
          table, store, n_seen,
-         qst, qpt, qhas, head, tail,
-         diag, tol, area_tol, probe, correcting, budget):  # fmt: skip
+         qst, qpt, qhas, qlink, head, tail,
+         pool, at, diag, tol, area_tol, probe, correcting, budget):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -380,7 +634,14 @@ def walk(Q, y, box, rcoef, dom, Kv,
     their decision values as coefficients of (1, p1, p2). A move is first checked at a
     point just across its facet (``probe`` > 0); where the region's solution carried
     there breaks several rows (a degenerate crossing) they all move; a move that does
-    not hold there is dropped (``correcting``: corrected there instead)."""
+    not hold there is dropped (``correcting``: corrected there instead).
+
+    A partition one row away from its parent's (``qlink``: the parent's entry in
+    ``pool`` and the row's move, -1 where none) takes its system by :func:`update`
+    from the parent's; the rest, an evicted parent, a nearly singular update and every
+    ``MAX_UPDATES``-th generation, from scratch. ``pool`` is a ring of the recorded
+    regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
+    at v is intact while at[0] <= v + len(pool))."""
     n = y.shape[0]
     nv = Kv.shape[0]
     cap = 64
@@ -395,11 +656,30 @@ def walk(Q, y, box, rcoef, dom, Kv,
     while head < tail:
         st = qst[head].copy()
         px, py, has = qpt[head, 0], qpt[head, 1], qhas[head]
+        parent, move = qlink[head, 0], qlink[head, 1]
         head += 1
         k, slot = _slot(table, store, st)
         if k >= 0:
             continue
-        alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+        ok = False
+        depth = 0
+        if move >= 0 and parent >= 0 and at[0] <= parent + pool.shape[0]:
+            Mp, Bp, ap, bp, gp, hp_, depth = _pool_get(pool, parent, n, nv)
+            if depth < MAX_UPDATES:
+                ok, Mc, Bc, alpha, bprime, gt, h, ineq = update(
+                    Q, y, box, rcoef, Kv, st, move // 4, move % 4, Mp, Bp, ap, bp, gp,
+                    hp_,
+                )  # fmt: skip
+                depth += 1
+        if ok:
+            singular, consistent = False, True
+            diag[D_UPDATES] += 1
+        else:
+            alpha, bprime, gt, ineq, singular, consistent, Mc, Bc = system_inv(
+                Q, y, box, rcoef, st
+            )
+            h = numerators(Kv, y, st, alpha, bprime)
+            depth = 0
         miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
@@ -409,7 +689,11 @@ def walk(Q, y, box, rcoef, dom, Kv,
             k, slot = _slot(table, store, st)
             if k >= 0:
                 continue
-            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+            alpha, bprime, gt, ineq, singular, consistent, Mc, Bc = system_inv(
+                Q, y, box, rcoef, st
+            )
+            h = numerators(Kv, y, st, alpha, bprime)
+            depth = 0
             miss = _miss(ineq, px, py)
         if miss > 1e-9:
             # does not hold just across the facet it came through (a degenerate
@@ -444,17 +728,10 @@ def walk(Q, y, box, rcoef, dom, Kv,
             r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
         r_vert[start : start + P.shape[0]] = P
         r_off[nreg + 1] = start + P.shape[0]
-        for v in range(nv):
-            h0, h1, h2 = bprime[0], bprime[1], bprime[2]
-            for j in range(n):
-                if st[j] != R_SET:
-                    w = Kv[v, j] * y[j]
-                    h0 += w * alpha[j, 0]
-                    h1 += w * alpha[j, 1]
-                    h2 += w * alpha[j, 2]
-            r_h[nreg, v, 0], r_h[nreg, v, 1], r_h[nreg, v, 2] = h0, h1, h2
+        r_h[nreg] = h
         nreg += 1
         diag[D_REGIONS] += 1
+        me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
         # the neighbour across every facet (Theorem 3)
         npts = P.shape[0]
         for i in range(npts):
@@ -467,6 +744,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
             if length <= 1e-15:
                 continue
             nxt = st.copy()
+            mv = int(ineq[f, 3]) * 4 + int(ineq[f, 4])
             qx = qy = 0.0
             hp = probe > 0
             if hp:
@@ -484,6 +762,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
                     # this region's solution, carried across, breaks more rows than
                     # the facet's (a degenerate crossing): they all move
                     diag[D_DEGENERATE] += 1
+                    mv = -1
                     for j in range(ineq.shape[0]):
                         if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
                             nxt[int(ineq[j, 3])] = move_to(int(ineq[j, 4]))
@@ -497,7 +776,9 @@ def walk(Q, y, box, rcoef, dom, Kv,
                 qst = _grow2(qst, 2 * tail)
                 qpt = _grow2(qpt, 2 * tail)
                 qhas = _grow1(qhas, 2 * tail)
+                qlink = _grow2(qlink, 2 * tail)
             qst[tail] = nxt
+            qlink[tail, 0], qlink[tail, 1] = me, mv
             qpt[tail, 0], qpt[tail, 1] = qx, qy
             qhas[tail] = hp
             tail += 1
@@ -507,7 +788,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
     nvtx = r_off[nreg]
-    return (status, table, store, n_seen, qst, qpt, qhas, head, tail,
+    return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail,
             r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
             r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
 

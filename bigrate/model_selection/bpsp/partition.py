@@ -207,6 +207,9 @@ class Diagnostics:
     unresolved_pieces: int = 0
     unresolved_area: float = 0.0
     geometry_repairs: int = 0
+    # regions of the compiled walk whose system came by a rank-one update from their
+    # parent's instead of a solve from scratch
+    updated_systems: int = 0
     # 1 where the walk met a singular bordered system (a non-unique dual) and the
     # partition was redone by the exact but slower walk over shapely polygons
     slow_path: int = 0
@@ -260,6 +263,10 @@ class Partitioner:
         # rounds of gap seeding after which such a move is corrected where it failed
         # (while the gaps are not negligible) instead of dropped; 0: from the start
         self.correct_after = 12
+        # the compiled walk's ring of recorded regions' systems (float64s, 32 MB), from
+        # which a neighbour's system is updated instead of solved (a breadth-first walk
+        # meets a region's neighbours some way down its queue)
+        self.pool_floats = 1 << 22
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -397,6 +404,9 @@ class Partitioner:
         )
         qst, qpt = np.empty((256, n), np.int8), np.zeros((256, 2))
         qhas, head, tail = np.zeros(256, np.bool_), 0, 0
+        # each queued partition's parent system in the pool and its move (-1: none)
+        qlink = np.full((256, 2), -1, np.int64)
+        pool, at = np.empty(self.pool_floats), np.zeros(1, np.int64)
         kd = np.zeros(_k.N_DIAG)
         chunks: list = []
         covered, n_regions = 0.0, 0
@@ -415,34 +425,20 @@ class Partitioner:
                 if tail == len(qst):
                     qst, qpt = np.vstack([qst, qst]), np.vstack([qpt, qpt])
                     qhas = np.concatenate([qhas, qhas])
-                qst[tail], qhas[tail] = st, False
+                    qlink = np.vstack([qlink, qlink])
+                qst[tail], qhas[tail], qlink[tail] = st, False, -1
                 tail += 1
             found = 0
             while True:
-                (status, table, store, n_seen, qst, qpt, qhas, head, tail, *new) = (
-                    _k.walk(
-                        self.Q,
-                        self.y,
-                        self.box,
-                        rcoef,
-                        dom,
-                        Kv,
-                        table,
-                        store,
-                        n_seen,
-                        qst,
-                        qpt,
-                        qhas,
-                        head,
-                        tail,
-                        kd,
-                        CLIP_TOL,
-                        self.area_tol,
-                        probe,
-                        correcting,
-                        min(chunk, self.max_regions + 1 - n_regions),
-                    )  # fmt: skip
-                )
+                out = _k.walk(
+                    self.Q, self.y, self.box, rcoef, dom, Kv,
+                    table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
+                    kd, CLIP_TOL, self.area_tol, probe, correcting,
+                    min(chunk, self.max_regions + 1 - n_regions),
+                )  # fmt: skip
+                (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
+                 tail) = out[:10]  # fmt: skip
+                new = out[10:]
                 if status == _k.WALK_SINGULAR:
                     self.diag = Diagnostics(
                         slow_path=1, direct_solves=self.diag.direct_solves
@@ -476,6 +472,7 @@ class Partitioner:
         d.thin_area += float(kd[_k.D_THIN_AREA])
         d.degenerate_moves += int(kd[_k.D_DEGENERATE])
         d.corrections += int(kd[_k.D_CORRECTIONS])
+        d.updated_systems += int(kd[_k.D_UPDATES])
         if gaps:
             d.unresolved_pieces += len(gaps)
             d.unresolved_area += sum(g.area for g in gaps)
