@@ -170,6 +170,7 @@ def system_inv(Q, y, box, rcoef, state):
 
 @njit(cache=True, nogil=True)
 def _system(Q, y, box, rcoef, state, inverse):
+    """:func:`system_inv`; the inverse only where ``inverse``."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
     m = M.shape[0]
     big = 1.0
