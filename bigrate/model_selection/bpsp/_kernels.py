@@ -169,6 +169,14 @@ def system_inv(Q, y, box, rcoef, state):
 
 
 @njit(cache=True, nogil=True)
+def bordered_inverse(Q, y, box, rcoef, state):
+    """The margin rows M in order and the inverse of the (non-singular) bordered
+    system of a partition."""
+    M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
+    return M, np.ascontiguousarray(np.linalg.inv(A))
+
+
+@njit(cache=True, nogil=True)
 def _system(Q, y, box, rcoef, state, inverse):
     """:func:`system_inv`; the inverse only where ``inverse``."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
@@ -675,12 +683,10 @@ def walk(Q, y, box, rcoef, dom, Kv,
         if ok:
             singular, consistent = False, True
             diag[D_UPDATES] += 1
-        else:
-            alpha, bprime, gt, ineq, singular, consistent, Mc, Bc = system_inv(
-                Q, y, box, rcoef, st
-            )
+        else:  # its inverse only once it is recorded (most seeds' pops are not)
+            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
             h = numerators(Kv, y, st, alpha, bprime)
-            depth = 0
+            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
         miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
@@ -690,11 +696,9 @@ def walk(Q, y, box, rcoef, dom, Kv,
             k, slot = _slot(table, store, st)
             if k >= 0:
                 continue
-            alpha, bprime, gt, ineq, singular, consistent, Mc, Bc = system_inv(
-                Q, y, box, rcoef, st
-            )
+            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
             h = numerators(Kv, y, st, alpha, bprime)
-            depth = 0
+            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
             miss = _miss(ineq, px, py)
         if miss > 1e-9:
             # does not hold just across the facet it came through (a degenerate
@@ -732,6 +736,8 @@ def walk(Q, y, box, rcoef, dom, Kv,
         r_h[nreg] = h
         nreg += 1
         diag[D_REGIONS] += 1
+        if Bc.shape[0] == 0 and pool.shape[0] > 0:
+            Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
         me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
         # the neighbour across every facet (Theorem 3)
         npts = P.shape[0]
