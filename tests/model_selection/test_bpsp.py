@@ -338,6 +338,14 @@ def test_compiled_walk_visits_the_partitions_of_the_geos_walk(space):
     assert sum(got.values()) + fast.diag.thin_area == pytest.approx(area, abs=1e-9)
 
 
+def _solved(K, args, st):
+    """A partition's system from scratch, with its margin rows and bordered inverse
+    (none where it is singular)."""
+    got = K.system(*args, st)
+    M, B = K.bordered_inverse(*args, st) if not got[4] else (None, None)
+    return (*got, M, B)
+
+
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
 def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratch(
     space,
@@ -356,13 +364,13 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     kinds = set()
     checked = refused = 0
     for st in p._run_compiled(None, Kv).states:
-        a, b, g, ineq, singular, _, M, B = K.system_inv(*args, st)
+        a, b, g, ineq, singular, _, M, B = _solved(K, args, st)
         h = K.numerators(Kv, p.y, st, a, b)
         for f in range(ineq.shape[0]):
             row, kind = int(ineq[f, 3]), int(ineq[f, 4])
             child = st.copy()
             child[row] = K.move_to(kind)
-            want = K.system_inv(*args, child)
+            want = _solved(K, args, child)
             if want[4]:
                 continue  # singular: the walk solves it from scratch
             ok, M2, B2, a2, b2, g2, h2, ineq2 = K.update(*args, Kv, child, row, kind,
@@ -395,7 +403,7 @@ def test_an_update_that_lost_accuracy_is_refused():
     args = (p.Q, p.y, p.box, p.space.r_coef)
     Kv = np.zeros((0, len(y)))
     st = p._run_compiled(None, Kv).states[5]
-    a, b, g, ineq, _, _, M, B = K.system_inv(*args, st)
+    a, b, g, ineq, _, _, M, B = _solved(K, args, st)
     h = K.numerators(Kv, p.y, st, a, b)
     f = next(f for f in range(len(ineq)) if ineq[f, 4] in (K.E_ROW, K.R_ROW))
     row, kind = int(ineq[f, 3]), int(ineq[f, 4])

@@ -154,31 +154,6 @@ def system(Q, y, box, rcoef, state):
     (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
     bordered system was singular (least-norm solution) and whether it is consistent,
     and the region's inequalities."""
-    alpha, bprime, gt, ineq, singular, consistent, M, B = _system(
-        Q, y, box, rcoef, state, False
-    )
-    return alpha, bprime, gt, ineq, singular, consistent
-
-
-@njit(cache=True, nogil=True)
-def system_inv(Q, y, box, rcoef, state):
-    """:func:`system`, and also the margin rows M in order and the inverse B of the
-    bordered system (0 x 0 where it is singular), for updates across a facet
-    (:func:`update`)."""
-    return _system(Q, y, box, rcoef, state, True)
-
-
-@njit(cache=True, nogil=True)
-def bordered_inverse(Q, y, box, rcoef, state):
-    """The margin rows M in order and the inverse of the (non-singular) bordered
-    system of a partition."""
-    M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
-    return M, np.ascontiguousarray(np.linalg.inv(A))
-
-
-@njit(cache=True, nogil=True)
-def _system(Q, y, box, rcoef, state, inverse):
-    """:func:`system_inv`; the inverse only where ``inverse``."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
     m = M.shape[0]
     big = 1.0
@@ -195,7 +170,6 @@ def _system(Q, y, box, rcoef, state, inverse):
         ok = False
     if ok and _residual(A, sol, rhs) > scale:
         ok = False
-    B = np.zeros((0, 0))
     if not ok:
         # e.g. duplicate rows in M: the least-norm solution; with none consistent for
         # every parameter pair (M empty: y_E^T a_E(p) = 0 on a line only) the region
@@ -203,15 +177,21 @@ def _system(Q, y, box, rcoef, state, inverse):
         singular = True
         sol = np.linalg.lstsq(A, rhs, _EPS * (m + 1))[0]
         consistent = _residual(A, sol, rhs) <= 1e3 * scale
-    elif inverse:
-        B = np.ascontiguousarray(np.linalg.inv(A))
     bprime = sol[0].copy()
     for a in range(m):
         for t in range(3):
             alpha[M[a], t] = sol[a + 1, t]
     gt = _gt(Q, y, state, alpha, bprime)
     ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
-    return alpha, bprime, gt, ineq, singular, consistent, M, B
+    return alpha, bprime, gt, ineq, singular, consistent
+
+
+@njit(cache=True, nogil=True)
+def bordered_inverse(Q, y, box, rcoef, state):
+    """The margin rows M in order and the inverse of the (non-singular) bordered
+    system of a partition, for updates across a facet (:func:`update`)."""
+    M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
+    return M, np.ascontiguousarray(np.linalg.inv(A))
 
 
 @njit(cache=True, nogil=True)
@@ -680,13 +660,12 @@ def walk(Q, y, box, rcoef, dom, Kv,
                     hp_,
                 )  # fmt: skip
                 depth += 1
-        if ok:
+        fresh = not ok  # solved from scratch: its numerators and inverse only once
+        if ok:  # it is recorded (most pops of seeds and failed probes are not)
             singular, consistent = False, True
             diag[D_UPDATES] += 1
-        else:  # its inverse only once it is recorded (most seeds' pops are not)
+        else:
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
-            h = numerators(Kv, y, st, alpha, bprime)
-            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
         miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
@@ -697,8 +676,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
             if k >= 0:
                 continue
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
-            h = numerators(Kv, y, st, alpha, bprime)
-            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
+            fresh = True
             miss = _miss(ineq, px, py)
         if miss > 1e-9:
             # does not hold just across the facet it came through (a degenerate
@@ -733,11 +711,14 @@ def walk(Q, y, box, rcoef, dom, Kv,
             r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
         r_vert[start : start + P.shape[0]] = P
         r_off[nreg + 1] = start + P.shape[0]
+        if fresh:
+            h = numerators(Kv, y, st, alpha, bprime)
+            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
+            if pool.shape[0] > 0:
+                Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
         r_h[nreg] = h
         nreg += 1
         diag[D_REGIONS] += 1
-        if Bc.shape[0] == 0 and pool.shape[0] > 0:
-            Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
         me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
         # the neighbour across every facet (Theorem 3)
         npts = P.shape[0]
