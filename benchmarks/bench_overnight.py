@@ -6,7 +6,10 @@ streaming pass they are part of) and training checkpoints (against the training 
 1. Data checks: one streaming pass over the train split of an RCV1-shaped synthetic
    dataset (``bigrate prep synth``), with the time spent in
    :func:`bigrate.data.format.check_block` measured inside the same pass; the ratio is the
-   checks' time over the rest of the pass (read, decode). Goal: under 5%.
+   checks' time over the rest of the pass (read, decode), reported for the fastest of
+   passes 2-5 and as their median (pass 1 warms up); and from outside, as the median
+   excess wall time of 21 interleaved pairs of passes with and without the checks.
+   Goal: under 5%.
 2. Checkpoints: NP-SGD trained by the distributed rounds on the local engine, every
    checkpoint's write timed (``save_snapshot``: npz + JSON, fsynced, renamed), at the
    default interval (20 rounds or 5 minutes) and at every round. Goal at the default:
@@ -26,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def data_checks(ds, repeats: int = 3) -> dict:
+def data_checks(ds, repeats: int = 5, pairs: int = 21) -> dict:
     import bigrate.data.format as F
 
     real = F.check_block
@@ -37,7 +40,7 @@ def data_checks(ds, repeats: int = 3) -> dict:
         real(*a, **k)
         spent[0] += time.perf_counter() - t
 
-    best = None
+    runs = []
     for _ in range(repeats):
         F.check_block = timed
         spent[0] = 0.0
@@ -50,14 +53,46 @@ def data_checks(ds, repeats: int = 3) -> dict:
         finally:
             F.check_block = real
         total = time.perf_counter() - t
-        run = {"pass_seconds": total, "check_seconds": spent[0], "rows": rows,
-               "nnz": nnz}  # fmt: skip
-        if best is None or total < best["pass_seconds"]:
-            best = run
-    best["check_share_of_rest"] = best["check_seconds"] / (
-        best["pass_seconds"] - best["check_seconds"]
-    )
-    return best
+        runs.append({"pass_seconds": total, "check_seconds": spent[0], "rows": rows,
+                     "nnz": nnz,
+                     "check_share_of_rest": spent[0] / (total - spent[0])})  # fmt: skip
+    # the first pass also compiles and warms the page cache: it is reported, not used
+    shares = sorted(r["check_share_of_rest"] for r in runs[1:])
+    best = min(runs[1:], key=lambda r: r["pass_seconds"])
+
+    # The same cost seen from outside: passes with the checks and passes with
+    # check_block replaced by a no-op, in interleaved pairs (the order alternating), and
+    # the median of (with / without - 1); it includes what the checks' reads do to the
+    # caches, which the timer inside the pass cannot see.
+    def one_pass(check) -> float:
+        F.check_block = check
+        t = time.perf_counter()
+        nnz = 0
+        try:
+            for b in ds.iter_batches("train", batch_rows=65_536):
+                nnz += b.X.nnz
+        finally:
+            F.check_block = real
+        return time.perf_counter() - t
+
+    def skip(*a, **k):
+        return None
+
+    excess = []
+    for i in range(pairs):
+        if i % 2:
+            off, on = one_pass(skip), one_pass(real)
+        else:
+            on, off = one_pass(real), one_pass(skip)
+        excess.append(on / off - 1)
+    excess.sort()
+    return {**best, "median_check_share_of_rest": shares[len(shares) // 2],
+            "ns_per_nonzero_checks": 1e9 * best["check_seconds"] / best["nnz"],
+            "paired_passes": pairs,
+            "median_wall_excess_with_checks": excess[len(excess) // 2],
+            "wall_excess_quartiles": [excess[len(excess) // 4],
+                                      excess[(3 * len(excess)) // 4]],
+            "runs": runs}  # fmt: skip
 
 
 def checkpoints(path: str, epochs: int) -> dict:
