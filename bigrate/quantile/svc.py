@@ -81,8 +81,12 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         this from 0 has its margin multipliers repaired by an exact Newton step on
         the Gram matrix. Where that matrix is singular (more margin examples than
         the rank) the next refresh, at most 10 kinks later, repairs it: w and every
-        gradient are recomputed exactly and the margin multipliers re-solved if
-        they drifted (both repairs counted in ``diagnostics_["recoveries"]``).
+        gradient are recomputed exactly and, if they drifted, the margin multipliers
+        are corrected by a least-squares repair in the primal (the smallest change
+        of w that zeroes the margin gradients, the multipliers fitted to it within
+        their boxes), or re-solved by coordinate descent where that falls short
+        (all repairs counted in ``diagnostics_["recoveries"]``, the refreshes' in
+        ``"lsq_repairs"`` and ``"cd_repairs"``).
     refresh_every : int, default 60
         The most kinks between two refreshes. A refresh also rebuilds the candidate
         list of ``events="candidates"``, which is rebuilt sooner when w leaves its
@@ -292,7 +296,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "cidx": np.zeros(max(4 * n, 1024), np.int64),
             "cto": np.zeros(max(4 * n, 1024), np.int8),
         }
-        cnt = np.zeros(13, np.int64)
+        cnt = np.zeros(15, np.int64)
         diag = np.zeros(4)
         # kink 0: the initial solution, no changes
         bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
@@ -407,6 +411,8 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "scan_share": float(cnt[10] + int(cnt[6]) * n) / max(1.0, float(nk) * n),
             "radius_exits": int(cnt[11]),
             "radius_regrowths": int(cnt[12]),
+            "lsq_repairs": int(cnt[13]),
+            "cd_repairs": int(cnt[14]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
             "kink_storage_floats": int(cnt[1]),
