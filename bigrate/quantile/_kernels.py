@@ -800,8 +800,9 @@ def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense
     """Exact w, s_L and every gradient from the sets and beta; the margin multipliers
     are re-solved if their gradients drifted further than drift_tol from 0: with
     dense (d small enough for dense directions) by up to two least-squares repairs
-    (:func:`_lsq_repair`), by coordinate descent over M where those do not bring the
-    drift under drift_tol. False if w is not finite."""
+    (:func:`_lsq_repair`), by coordinate descent over M, from the multipliers as
+    they were, where those do not bring the drift under drift_tol. False if w is not
+    finite."""
     state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
     x, lo, hi = W[5], W[11], W[12]
     m = int(scal[1])
@@ -813,6 +814,9 @@ def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense
         drift = max(drift, abs(g[mlist[k]]))
     diag[0] = max(diag[0], drift)
     if drift > drift_tol:
+        kept = np.empty(m)
+        for k in range(m):
+            kept[k] = beta[mlist[k]]
         rounds = 0
         while dense and drift > drift_tol and rounds < 2:
             if not _lsq_repair(X, S, W, F, kappa, tau, xnorm, 1e-9):
@@ -824,6 +828,10 @@ def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense
             for k in range(m):
                 drift = max(drift, abs(g[mlist[k]]))
         if drift > drift_tol:
+            # from the multipliers as they were: a repair that fell short can leave
+            # a state coordinate descent takes many more sweeps to settle
+            for k in range(m):
+                beta[mlist[k]] = kept[k]
             cnt[8] += resolve_margin(
                 X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, x, lo, hi,
                 eps_tie, 100000,
