@@ -1061,6 +1061,15 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
 
 
 @njit(cache=True, nogil=True)
+def _rerecord(mlist, m, beta, kink_bptr, bstore, cnt, sortbuf):
+    """Rewrite the last kink's beta record after a refresh at its tau (same M, beta
+    repaired), so that what a recovered solution interpolates is the repaired one."""
+    kc = cnt[0]
+    if kc > 0 and kink_bptr[kc] - kink_bptr[kc - 1] == m:
+        _record_beta(mlist, m, beta, bstore, kink_bptr[kc - 1], sortbuf)
+
+
+@njit(cache=True, nogil=True)
 def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
     """Follow the path from the state S until tau = 1, max_kinks new kinks, or full
     buffers.
@@ -1136,6 +1145,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             ):
                 return NOT_FINITE
             _rebuild(state, g, w, gtol, V, vs, refresh_every, rebuild_cost)
+            _rerecord(mlist, m, beta, kink_bptr, bstore, cnt, sortbuf)
         # 1. the direction on M
         it, steps, route = _direction(
             X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
@@ -1159,6 +1169,11 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             sn = max(sn, kappa * abs(s_l[j]))
             u2 += u[j] * u[j]
         if un <= 1e-6 * sn and scal[3] != tau and m > d:
+            if vs[V_SINCE] > 0:
+                # the plateau's programme starts from this kink's beta: refresh and
+                # repair it first (drift left there stays on the whole plateau)
+                vs[V_VALID] = 0
+                continue
             scal[3] = tau
             return PLATEAU
         unorm = np.sqrt(u2)
@@ -1193,6 +1208,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                     ):  # fmt: skip
                         return NOT_FINITE
                     _rebuild(state, g, w, gtol, V, vs, refresh_every, rebuild_cost)
+                    _rerecord(mlist, m, beta, kink_bptr, bstore, cnt, sortbuf)
                     continue
         # 4. advance. A step within the tie tolerance in tau is a zero step only if
         # nothing would move by more than vtol over it: a degenerate direction can
