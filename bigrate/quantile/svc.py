@@ -698,7 +698,7 @@ def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
     tau_b = min(float(res.x[-1]), 1.0)
     ub_b = a + b * tau_b
     bt = np.clip(res.x[:nt], 0.0, ub_b[T])
-    btol = 1e-9 * max(1.0, float(sw.max()))
+    btol = 1e-12 * max(1.0, float(sw.max()))
     state_b = state.copy()
     state_b[T] = np.where(
         bt <= btol, K.R_SET, np.where(bt >= ub_b[T] - btol, K.L_SET, K.M_SET)
