@@ -671,6 +671,22 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
 
 
 @njit(cache=True, nogil=True)
+def _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
+    """kind[k] of each margin multiplier: 0 inside its box, 1 at 0 (may only grow),
+    2 at ub (may only follow ub's rate -y s), 3 both (ub = 0). True if any is 3."""
+    two_sided = False
+    for k in range(m):
+        i = mlist[k]
+        kind[k] = 0
+        if beta[i] <= btol:
+            kind[k] |= 1
+        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
+            kind[k] |= 2
+        two_sided = two_sided or kind[k] == 3
+    return two_sided
+
+
+@njit(cache=True, nogil=True)
 def _direction(
     X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
     gram_max_m, xnorm,
@@ -692,17 +708,7 @@ def _direction(
     tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
     pin = F[1]
     d = len(u)
-    # kind: 0 inside its box, 1 at 0 (may only grow), 2 at ub (may only follow
-    # ub's rate -y s), 3 both (ub = 0)
-    two_sided = False
-    for k in range(m):
-        i = mlist[k]
-        kind[k] = 0
-        if beta[i] <= btol:
-            kind[k] |= 1
-        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
-            kind[k] |= 2
-        two_sided = two_sided or kind[k] == 3
+    two_sided = _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind)
     it, steps, route = 0, 0, 0
     if d <= dense_max_d and m > 0 and not two_sided:
         route = 1
@@ -765,17 +771,8 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     x, kind = W[5], W[10]
     m = int(scal[1])
     d = len(w)
-    if m == 0:
+    if m == 0 or _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
         return False
-    for k in range(m):
-        i = mlist[k]
-        kind[k] = 0
-        if beta[i] <= btol:
-            kind[k] |= 1
-        if upper_bound(y[i], sw[i], tau) - beta[i] <= btol:
-            kind[k] |= 2
-        if kind[k] == 3:
-            return False
     ag = np.zeros(d)
     for k in range(m):
         i = mlist[k]
