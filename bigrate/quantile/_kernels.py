@@ -1047,7 +1047,11 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
             c = 0.0 if g[i] < gtol else g[i] / -dg[i]
             cr = -dg[i]
         if c <= eps_tie and tau_left[i] == tau:
-            # left M at this very tau: no zero-length re-entry
+            # left M at this very tau a second time: no zero-length re-entry (a
+            # degenerate cycle among tied rows). The first re-entry is allowed: where
+            # several box events tie, a row can leave M only for the direction that
+            # follows to send its gradient across its bound (one-hot rows merged
+            # with weights: gap 0.26 on the next segment while it could not)
             c = np.inf
         cand[i] = c
         crate[i] = cr
@@ -1073,7 +1077,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
 
     S = (state int8[n], beta[n], g[n], w[d], s_l[d], mlist int64[n], mpos int64[n],
          dbeta[n] (last direction, per index), tau_left[n] (tau at which an index last
-         left M), scal[4] = (tau, |M|, zero steps at this tau, tau of the last plateau
+         left M: tau + 2 the first time at that tau, -2 - tau once it came back at
+         tau, tau the second time), scal[4] = (tau, |M|, zero steps at this tau, tau of the last plateau
          check), sqn[n]).
     W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
          kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
@@ -1274,7 +1279,12 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                     mpos[i] = -1
                     m -= 1
                     state[i] = dest
-                    tau_left[i] = new_tau
+                    # may come back once at this tau (tau_left = tau + 2), not
+                    # after it came back once already (tau_left = -2 - tau)
+                    if tau_left[i] == -2.0 - new_tau:
+                        tau_left[i] = new_tau
+                    else:
+                        tau_left[i] = new_tau + 2.0
                     if dest == L_SET:
                         beta[i] = upper_bound(y[i], sw[i], new_tau)
                         _axpy_row(indptr, indices, data, i, sw[i], s_l)
@@ -1293,6 +1303,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                     else:
                         beta[i] = 0.0
                     state[i] = M_SET
+                    if tau_left[i] == new_tau + 2.0:
+                        tau_left[i] = -2.0 - new_tau
                     g[i] = 0.0
                     mlist[m] = i
                     mpos[i] = m

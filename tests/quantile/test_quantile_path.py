@@ -638,15 +638,12 @@ def test_refreshes_repair_tied_data_by_least_squares_and_stay_certified():
         assert gap <= 1e-9 * max(scale, 1.0), tau
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (2026-11-24): rows that leave M at a kink where several box "
-    "events tie are barred from re-entering at that tau, though their gradients "
-    "move to the wrong side of their bounds; the next segment is then not optimal "
-    "(duality gap up to 0.26) until a later refresh. Found by a stress run of 720 "
-    "fits; the code before this session's changes fails the same way.",
-)
 def test_segment_after_simultaneous_box_events_on_merged_one_hot_rows():
+    """Rows that leave M at a kink where several box events tie may come back once
+    at that tau: barred (as the follower first did), their gradients crossed their
+    bounds along the whole next segment and the path was not optimal there (gap
+    0.26 at tau 0.60 on these 43 rows, merged to 14; found by a stress run of 720
+    fits, 16 of them uncertified)."""
     rng = np.random.default_rng(34)
     n, groups = int(rng.integers(20, 400)), int(rng.integers(2, 8))  # 43 rows, 2
     X = np.zeros((n, 3 * groups))
