@@ -13,6 +13,8 @@ import logging
 import os
 import traceback
 
+from distributed.diagnostics.plugin import WorkerPlugin
+
 from bigrate.engines.base import (
     DEFAULT_TIMEOUT,
     Engine,
@@ -20,6 +22,34 @@ from bigrate.engines.base import (
     TaskError,
     wait_reachable,
 )
+
+_HEARTBEAT_LOST = "Failed to communicate with scheduler during heartbeat"
+
+
+class _HeartbeatOneLine(logging.Filter):
+    """A worker's failed heartbeat as its one-line message, without the traceback
+    Dask attaches: when the embedded cluster shuts down (Ctrl-C included) the
+    scheduler can close while a worker's heartbeat is in flight, and the worker
+    processes write to the command's stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith(_HEARTBEAT_LOST):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+class _OneLineHeartbeats(WorkerPlugin):
+    """Installs :class:`_HeartbeatOneLine` on every worker of the embedded cluster,
+    also on workers a nanny restarts (never on the workers of a scheduler we only
+    connect to: their logging is not ours)."""
+
+    name = "bigrate-one-line-heartbeats"
+
+    def setup(self, worker) -> None:
+        log = logging.getLogger("distributed.worker")
+        if not any(isinstance(f, _HeartbeatOneLine) for f in log.filters):
+            log.addFilter(_HeartbeatOneLine())
 
 
 class DaskEngine(Engine):
@@ -93,6 +123,7 @@ class DaskEngine(Engine):
                     silence_logs=logging.ERROR if quiet else logging.WARNING,
                 )
             self.client = Client(self.cluster)
+            self.client.register_plugin(_OneLineHeartbeats())
         self._known = self._worker_ids()
 
     @property

@@ -59,6 +59,39 @@ def test_embedded_workers_never_pause_but_still_terminate(dask_engine):
     assert _pause_setting() == 0.8
 
 
+def _heartbeat_record_as_written():
+    """What a worker's 'heartbeat failed' error looks like on its stderr now."""
+    import logging
+
+    log = logging.getLogger("distributed.worker")
+    try:
+        raise OSError("Stream is closed")
+    except OSError:
+        import sys
+
+        rec = log.makeRecord(
+            log.name, logging.ERROR, __file__, 0,
+            "Failed to communicate with scheduler during heartbeat.", (),
+            sys.exc_info(),
+        )  # fmt: skip
+    for f in log.filters:
+        f.filter(rec)
+    return logging.Formatter().format(rec)
+
+
+def test_embedded_workers_log_a_lost_heartbeat_in_one_line(dask_engine):
+    """When the embedded cluster shuts down (Ctrl-C included) the scheduler can close
+    while a worker's heartbeat is in flight: the worker writes the error to the
+    command's stderr as one line, not with Dask's traceback (a CI run caught one)."""
+    got = dask_engine.client.run(_heartbeat_record_as_written)
+    assert len(got) == 2
+    for text in got.values():
+        assert text.startswith("Failed to communicate with scheduler during heartbeat")
+        assert "Traceback" not in text and "\n" not in text
+    # the driver's own logging is left alone
+    assert "Traceback" in _heartbeat_record_as_written()
+
+
 def test_two_workers_match_single_process(dask_engine, dataset):
     from bigrate.linear import fit_distributed
 
