@@ -793,6 +793,19 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
 
 
 @njit(cache=True, nogil=True)
+def _exact_from_sets(X, S, kappa, tau):
+    """w, s_L and every gradient from the sets and beta; returns the margin rows'
+    largest |gradient| (their KKT drift: 0 at the optimum)."""
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
+    primal_from_sets(X, state, beta, tau, kappa, w, s_l)
+    gradient_all(X, w, g)
+    drift = 0.0
+    for k in range(int(scal[1])):
+        drift = max(drift, abs(g[mlist[k]]))
+    return drift
+
+
+@njit(cache=True, nogil=True)
 def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense):
     """Exact w, s_L and every gradient from the sets and beta; the margin multipliers
     are re-solved if their gradients drifted further than drift_tol from 0: with
@@ -804,11 +817,7 @@ def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense
     x, lo, hi = W[5], W[11], W[12]
     m = int(scal[1])
     cnt[6] += 1
-    primal_from_sets(X, state, beta, tau, kappa, w, s_l)
-    gradient_all(X, w, g)
-    drift = 0.0
-    for k in range(m):
-        drift = max(drift, abs(g[mlist[k]]))
+    drift = _exact_from_sets(X, S, kappa, tau)
     diag[0] = max(diag[0], drift)
     if drift > drift_tol:
         kept = np.empty(m)
@@ -819,11 +828,7 @@ def _refresh(X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense
             if not _lsq_repair(X, S, W, F, kappa, tau, xnorm, 1e-9):
                 break
             rounds += 1
-            primal_from_sets(X, state, beta, tau, kappa, w, s_l)
-            gradient_all(X, w, g)
-            drift = 0.0
-            for k in range(m):
-                drift = max(drift, abs(g[mlist[k]]))
+            drift = _exact_from_sets(X, S, kappa, tau)
         if drift > drift_tol:
             # from the multipliers as they were: a repair that fell short can leave
             # a state coordinate descent takes many more sweeps to settle
