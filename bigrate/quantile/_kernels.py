@@ -737,6 +737,8 @@ def _direction(
 # the most kinks between refreshes while the margin set's drift cannot be repaired
 # by a Newton step (Q_MM singular or too large)
 UNREPAIRED_REFRESH = 10
+# ... and the most drift on the margin gradients that may wait for that refresh
+UNREPAIRED_DRIFT = 1e-9
 
 # the candidate list's scalars (the array ``vs`` of dpf_run)
 V_NCAND = 0  # rows in the list
@@ -1092,12 +1094,12 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         active-set work and the Gram matrix of M kept between kinks (gm: the row of
         each position, -1 at first; see :func:`_gram`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
-         cidx int64[C], cto int8[C], cnt int64[15], diag[4]) with cnt = (kinks, b_used,
+         cidx int64[C], cto int8[C], cnt int64[16], diag[4]) with cnt = (kinks, b_used,
          c_used, CG iterations, recoveries, zero steps, refreshes, degenerate
          directions, active-set steps, directions solved in the primal, rows
          examined for events, rebuilds because a segment left the radius, radius
          regrowths, refresh repairs by least squares, refresh repairs by coordinate
-         descent) and diag = (largest KKT drift on M, -, -, -).
+         descent, refreshes brought forward by drift at a kink) and diag = (largest KKT drift on M, -, -, -).
     V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n]): the candidate
         list (see :func:`_rebuild`), its flags, the w it was built at, work, and the
         rows' 2-norms; vs[V_NSLOTS] its scalars (V_* slots). Gradients of rows
@@ -1326,22 +1328,35 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         # is checked at every kink (O(|M| nnz), from the running w) and repaired by
         # a Newton step: the beta recorded below is what a recovered solution
         # interpolates. Where Q_MM is singular (|M| above the rank) the drift waits
-        # for a refresh, at most UNREPAIRED_REFRESH kinks away: refreshing at every
+        # for a refresh, at most UNREPAIRED_REFRESH kinks away (sooner once it exceeds
+        # UNREPAIRED_DRIFT, and at once where a Newton step fell short of
+        # drift_tol): refreshing at every
         # such kink made all of a9a 77 s against 47 s, waiting up to refresh_every
         # kinks left a9a 2,000 rows with a duality gap of 6e-9
         vs[V_SINCE] += 1
         unrepaired = m > min(d, gram_m)
-        if vs[V_SINCE] < refresh_every and new_tau < 1.0 and not unrepaired:
+        now = False
+        if vs[V_SINCE] < refresh_every and new_tau < 1.0:
             drift = _margin_drift(X, mlist, m, w, x)
-            if drift > drift_tol:
-                diag[0] = max(diag[0], drift)
+            diag[0] = max(diag[0], drift)
+            if unrepaired:
+                # drift waits for the refresh only while it is small
+                now = drift > UNREPAIRED_DRIFT
+            elif drift > drift_tol:
                 if _newton_repair(X, S, W, F, kappa, new_tau, gram_m):
                     cnt[4] += 1
+                    # a step that multipliers' boxes cut short leaves the drift
+                    # (a9a 8,000 rows: 1e-2 kept, a kink's duality gap 5e-3)
+                    now = _margin_drift(X, mlist, m, w, x) > drift_tol
                 else:
                     unrepaired = True
+                    now = drift > UNREPAIRED_DRIFT
+        if now:
+            cnt[15] += 1
         since = vs[V_SINCE]
         if (
-            since >= refresh_every
+            now
+            or since >= refresh_every
             or (unrepaired and since >= min(refresh_every, UNREPAIRED_REFRESH))
             or new_tau >= 1.0
         ):

@@ -86,7 +86,9 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         of w that zeroes the margin gradients, the multipliers fitted to it within
         their boxes), or re-solved by coordinate descent where that falls short
         (all repairs counted in ``diagnostics_["recoveries"]``, the refreshes' in
-        ``"lsq_repairs"`` and ``"cd_repairs"``).
+        ``"lsq_repairs"`` and ``"cd_repairs"``). A refresh comes sooner where the
+        drift exceeds 1e-9 above the rank, or where a Newton step, cut short by the
+        multipliers' boxes, leaves it above ``drift_tol`` (``"drift_refreshes"``).
     refresh_every : int, default 60
         The most kinks between two refreshes. A refresh also rebuilds the candidate
         list of ``events="candidates"``, which is rebuilt sooner when w leaves its
@@ -296,7 +298,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "cidx": np.zeros(max(4 * n, 1024), np.int64),
             "cto": np.zeros(max(4 * n, 1024), np.int8),
         }
-        cnt = np.zeros(15, np.int64)
+        cnt = np.zeros(16, np.int64)
         diag = np.zeros(4)
         # kink 0: the initial solution, no changes
         bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
@@ -413,6 +415,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "radius_regrowths": int(cnt[12]),
             "lsq_repairs": int(cnt[13]),
             "cd_repairs": int(cnt[14]),
+            "drift_refreshes": int(cnt[15]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
             "kink_storage_floats": int(cnt[1]),
