@@ -507,28 +507,86 @@ def _chol_apply(L, nf, rhs, out):
 @njit(cache=True, nogil=True)
 def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
     """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
-    (kind 0), for a positive definite G: a primal active set (Lawson-Hanson's, with
-    two kinds of bound) whose every step is a solve with the Cholesky factor of the
-    free part. The bounded variables start pinned at their bound; the most violated
-    pinned one is released, and a released one that would cross its bound is stepped
-    back to it and pinned again. The factor is formed once and then updated: a
-    release appends a row, a pin removes one (O(nf^2) each, where refactorising costs
-    nf^3 / 6: 35 us at nf = 64, 290 us at 124, and an a9a path takes ~3.6 steps per
-    kink). Returns (ok, steps); ok = False if G is numerically singular on a free
-    part (the caller then solves in the primal)."""
+    (kind 0), for a positive definite G, from a Cholesky factor of the free part
+    formed here (see :func:`_box_qp_from`). Returns (ok, steps); ok = False if G is
+    numerically singular on a free part (the caller then solves in the primal)."""
     free = np.empty(m, np.int64)
-    rhs = np.empty(m)
-    sol = np.empty(m)
     L = np.empty((m, m))
     nf = 0
     for k in range(m):
-        pin[k] = kind[k]
-        x[k] = 0.0 if kind[k] != 2 else h[k]
         if kind[k] == 0:
             if not _chol_append(G, free, nf, k, L, rel_pivot):
                 return False, 0
             free[nf] = k
             nf += 1
+    return _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf)
+
+
+@njit(cache=True, nogil=True)
+def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
+    """Bring the Cholesky factor kept between kinks, KF = (L, rows, meta), to the
+    margin multipliers inside their boxes (kind 0) at this kink, and their positions
+    in G into free. The factor is of the Gram matrix of rows (not of positions in M,
+    which an event reshuffles), so a kink that moves one row in or out of M or onto
+    a bound costs one removal (Givens rotations, O(nf^2)) or one appended row
+    (O(nf^2)) instead of a factorisation (nf^3 / 6: ~290 us at nf = 124). meta =
+    (rows in the factor, calls since it was formed); it is formed anew every
+    max_calls calls (0: at every call), which bounds the rounding the updates
+    accumulate. Returns the number of free multipliers, or -1 if their Gram matrix
+    is numerically singular."""
+    Lf, rows, meta = KF
+    nl = int(meta[0])
+    if meta[1] >= max_calls:
+        nl = 0
+        meta[1] = 0
+    meta[1] += 1
+    # rows that left M or reached a bound leave the factor (from the last: the rows
+    # after one removed have been looked at already)
+    j = nl - 1
+    while j >= 0:
+        i = rows[j]
+        p = mpos[i]
+        if p < 0 or p >= m or mlist[p] != i or kind[p] != 0:
+            _chol_remove(Lf, nl, j)
+            for q in range(j + 1, nl):
+                rows[q - 1] = rows[q]
+            nl -= 1
+        j -= 1
+    have = np.zeros(m, np.bool_)
+    for j in range(nl):
+        p = mpos[rows[j]]
+        free[j] = p
+        have[p] = True
+    for k in range(m):
+        if kind[k] == 0 and not have[k]:
+            if not _chol_append(G, free, nl, k, Lf, rel_pivot):
+                meta[0] = nl
+                return -1
+            free[nl] = k
+            rows[nl] = mlist[k]
+            nl += 1
+    meta[0] = nl
+    return nl
+
+
+@njit(cache=True, nogil=True)
+def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
+    """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
+    (kind 0), for a positive definite G: a primal active set (Lawson-Hanson's, with
+    two kinds of bound) whose every step is a solve with the Cholesky factor of the
+    free part. L (m x m, lower) is the factor of G[free[:nf], free[:nf]], the kind-0
+    positions in any order; both are worked on. The bounded variables start pinned
+    at their bound; the most violated pinned one is released, and a released one
+    that would cross its bound is stepped back to it and pinned again. The factor
+    is updated: a release appends a row, a pin removes one (O(nf^2) each, where
+    refactorising costs nf^3 / 6: 35 us at nf = 64, 290 us at 124, and an a9a path
+    takes ~3.6 steps per kink). Returns (ok, steps); ok = False if G is numerically
+    singular on a free part (the caller then solves in the primal)."""
+    rhs = np.empty(m)
+    sol = np.empty(m)
+    for k in range(m):
+        pin[k] = kind[k]
+        x[k] = 0.0 if kind[k] != 2 else h[k]
     scale = 0.0
     for k in range(m):
         scale = max(scale, abs(b[k]))
@@ -688,8 +746,8 @@ def _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
 
 @njit(cache=True, nogil=True)
 def _direction(
-    X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol, dense_max_d,
-    gram_max_m, xnorm,
+    X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
+    dense_max_d, gram_max_m, xnorm, kept_calls,
 ):  # fmt: skip
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
@@ -699,10 +757,12 @@ def _direction(
     dense_max_d) it is solved exactly with dense linear algebra, where CG to a 1e-11
     residual costs many sweeps and, once |M| exceeds the rank, runs on a singular
     Q_MM: for |M| <= min(d, gram_max_m) by a primal active set over Cholesky
-    factorisations of the Gram matrix Q_MM (:func:`_box_qp_chol`), and when that is
-    singular or |M| is larger, in the d-dimensional primal
-    (:func:`_direction_dense`). A multiplier boxed from both sides (ub = 0, only at
-    tau = 0 or 1) takes the CG route, which keeps both bounds. Returns (CG
+    factorisations of the Gram matrix Q_MM (:func:`_box_qp_from`; the factor of
+    the free multipliers is kept between kinks, :func:`_kept_free_factor`, and
+    formed anew every kept_calls directions), and when that is singular or |M| is
+    larger, in the d-dimensional primal (:func:`_direction_dense`). A multiplier
+    boxed from both sides (ub = 0, only at tau = 0 or 1) takes the CG route, which
+    keeps both bounds. Returns (CG
     iterations, active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal."""
     indptr, indices, data, y, sw = X
     tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
@@ -719,7 +779,19 @@ def _direction(
             for k in range(m):
                 h[k] = -y[mlist[k]] * sw[mlist[k]]
             _gram(X, mlist, m, s_l, tmp, Gc, gm, b)
-            solved, steps = _box_qp_chol(Gc, b, m, kind, h, x, pin, 1e-10)
+            free = np.empty(m, np.int64)
+            nf = _kept_free_factor(
+                Gc, mlist, m, mpos, kind, F[6:9], free, 1e-10, kept_calls
+            )
+            if nf >= 0:
+                L = np.empty((m, m))
+                Lk = F[6]
+                for r in range(nf):
+                    for c in range(r + 1):
+                        L[r, c] = Lk[r, c]
+                solved, steps = _box_qp_from(
+                    Gc, b, m, kind, h, x, pin, 1e-10, L, free, nf
+                )
         if not solved:
             route = 2
             steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm, 1.0)
@@ -1090,9 +1162,12 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
     W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
          kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
          (the rate of the quantity that reaches its limit at cand)).
-    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c])
-        active-set work and the Gram matrix of M kept between kinks (gm: the row of
-        each position, -1 at first; see :func:`_gram`).
+    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c],
+         Lk[c, c], krows int64[c], kmeta int64[2])
+        active-set work, the Gram matrix of M kept between kinks (gm: the row of
+        each position, -1 at first; see :func:`_gram`) and the Cholesky factor of
+        its free part (krows: the row of each of its lines; kmeta = (lines, calls
+        since formed), zeros at first; see :func:`_kept_free_factor`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
          cidx int64[C], cto int8[C], cnt int64[16], diag[4]) with cnt = (kinks, b_used,
          c_used, CG iterations, recoveries, zero steps, refreshes, degenerate
@@ -1108,7 +1183,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             rate tolerance, refresh period in advances, CG max iterations per |M|,
             the largest d for dense directions (0: always CG), the largest |M| for
             the Gram route, the cost of a rebuild of the list in row evaluations
-            per row: see :func:`_rebuild`).
+            per row: see :func:`_rebuild`), the directions between factorisations
+            of the kept Cholesky factor (see :func:`_kept_free_factor`).
 
     Each rebuild of the list is a refresh: w, s_L and every gradient are recomputed
     exactly and margin drift is repaired; one happens at least every refresh period,
@@ -1123,6 +1199,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         :8
     ]
     rebuild_cost = tols[8]
+    kept_calls = int(tols[9])
     refresh_every = int(refresh_f)
     btol = 1e-9
     gtol = 100.0 * drift_tol  # gradients this close to 0 are ties
@@ -1157,8 +1234,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             _rerecord(mlist, m, beta, kink_bptr, bstore, cnt, sortbuf)
         # 1. the direction on M
         it, steps, route = _direction(
-            X, mlist, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-            int(dense_d), int(gram_m), xnorm,
+            X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
+            int(dense_d), int(gram_m), xnorm, kept_calls,
         )  # fmt: skip
         degenerate = steps > 0
         cnt[3] += it

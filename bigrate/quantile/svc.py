@@ -46,6 +46,10 @@ GRAM_MAX_M = 128
 # often it is rebuilt (a9a 8,000 rows, at most 60 kinks between refreshes: 813
 # rebuilds with 3, 632 with 10, for about the same rows read per kink)
 REBUILD_COST = 10.0
+# the Gram route's Cholesky factor of the free margin multipliers is updated from
+# kink to kink and formed anew every this many directions (0: at every direction),
+# which bounds the rounding its updates accumulate
+KEPT_FACTOR_CALLS = 64
 
 _ARRAYS = (
     "kinks_", "_kink_bptr", "_bstore", "_kink_cptr", "_cidx", "_cto", "_ck_kink",
@@ -289,6 +293,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
         cap = min(GRAM_MAX_M, d, n)
         F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
+        F += (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
         cap_k = 1024
         bufs = {
             "kink_tau": np.zeros(cap_k),
@@ -325,6 +330,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             float(d if dense else 0),
             float(GRAM_MAX_M),
             REBUILD_COST,
+            float(KEPT_FACTOR_CALLS),
         )
         bar = Progress("quantile path (tau x 1000)", total=1000, enabled=self.progress)
         shown = 0

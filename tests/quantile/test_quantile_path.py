@@ -673,3 +673,86 @@ def test_a_newton_repair_cut_short_by_the_boxes_refreshes_at_once(shared_data):
     near = p.kinks_[(p.kinks_ > 0.7885) & (p.kinks_ < 0.7915)]
     assert len(near) > 20
     assert max(p.duality_gap_at(t) for t in near) <= 2e-11
+
+
+def test_kept_cholesky_factor_follows_the_free_set_through_updates():
+    """The Gram route's factor kept between kinks, after random events (rows in and
+    out of M, the positions reshuffled as dpf_run does, multipliers onto and off
+    their bounds): L L^T equals the Gram matrix of the free rows, in the order the
+    factor keeps them, and those rows are exactly the free ones."""
+    from bigrate.quantile import _kernels as K
+
+    rng = np.random.default_rng(3)
+    n, d, cap = 60, 40, 40
+    A = rng.standard_normal((n, d))
+    Q = A @ A.T  # rank d: any 40 rows or fewer are independent almost surely
+    G = np.zeros((cap, cap))
+    KF = (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
+    mlist = np.zeros(n, np.int64)
+    mpos = np.full(n, -1, np.int64)
+    members = list(rng.choice(n, 20, replace=False))
+    kinds = {i: int(rng.integers(0, 3)) for i in range(n)}
+    updated = 0
+    for step in range(300):
+        r = rng.random()
+        if r < 0.3 and len(members) < 35:
+            members.append(int(rng.choice([i for i in range(n) if i not in members])))
+        elif r < 0.6 and len(members) > 5:
+            members.remove(members[int(rng.integers(len(members)))])
+        else:
+            i = members[int(rng.integers(len(members)))]
+            kinds[i] = int(rng.integers(0, 3))
+        if rng.random() < 0.2:
+            rng.shuffle(members)
+        m = len(members)
+        mpos[:] = -1
+        mlist[:m] = members
+        mpos[mlist[:m]] = np.arange(m)
+        G[:m, :m] = Q[np.ix_(mlist[:m], mlist[:m])]
+        kind = np.array([kinds[i] for i in members], np.int8)
+        free = np.zeros(m, np.int64)
+        calls = 64 if step % 50 else 0  # formed anew now and then
+        updated += KF[2][0] > 0 and calls > 0
+        nf = K._kept_free_factor(G, mlist, m, mpos, kind, KF, free, 1e-10, calls)
+        assert nf == int((kind == 0).sum())
+        assert sorted(free[:nf]) == sorted(np.flatnonzero(kind == 0))
+        assert list(KF[1][:nf]) == list(mlist[free[:nf]])
+        L = np.tril(KF[0][:nf, :nf])
+        Gf = G[np.ix_(free[:nf], free[:nf])]
+        assert np.abs(L @ L.T - Gf).max() <= 1e-11 * max(1.0, np.abs(Gf).max())
+    assert updated > 200
+
+
+def test_kept_cholesky_factor_gives_the_same_classifiers_as_factorising_anew(
+    monkeypatch,
+):
+    """The path with the Gram route's factor kept between kinks and the one
+    factorising it at every kink, on data whose margin set stays under the rank
+    (the Gram route throughout) and on one-hot data (margin sets above it:
+    directions not unique, so the dual paths may differ in their rounding): both
+    certified, at the kinks too, and w(tau), which is unique, the same."""
+    import bigrate.quantile.svc as svc
+
+    rng = np.random.default_rng(5)
+    Xg = rng.standard_normal((500, 40))
+    yg = np.where(Xg @ rng.standard_normal(40) + rng.standard_normal(500) > 0, 1, -1)
+    Xo, yo = _one_hot(n=600, seed=2)
+    for X, y in ((Xg, yg), (Xo, yo)):
+        _same_classifiers_kept_or_anew(monkeypatch, svc, X, y)
+
+
+def _same_classifiers_kept_or_anew(monkeypatch, svc, X, y):
+    kept_calls = svc.KEPT_FACTOR_CALLS
+    assert kept_calls > 1
+    paths = []
+    for calls in (0, kept_calls):
+        monkeypatch.setattr(svc, "KEPT_FACTOR_CALLS", calls)
+        paths.append(QuantilePathSVC(alpha=1e-2).fit(X, y))
+    anew, kept = paths
+    for tau in np.linspace(0.0, 1.0, 41):
+        assert kept.duality_gap_at(tau) <= 2e-11
+        w1, b1 = kept.coef_at(tau)
+        w0, b0 = anew.coef_at(tau)
+        np.testing.assert_allclose(w1, w0, atol=1e-8)
+        assert abs(b1 - b0) <= 1e-8
+    assert max(kept.duality_gap_at(t) for t in kept.kinks_) <= 2e-11
