@@ -1174,7 +1174,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
          directions, active-set steps, directions solved in the primal, rows
          examined for events, rebuilds because a segment left the radius, radius
          regrowths, refresh repairs by least squares, refresh repairs by coordinate
-         descent, refreshes brought forward by drift at a kink) and diag = (largest KKT drift on M, -, -, -).
+         descent, refreshes brought forward by drift at a kink) and diag = (largest
+         KKT drift on M, -, -, -).
     V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n]): the candidate
         list (see :func:`_rebuild`), its flags, the w it was built at, work, and the
         rows' 2-norms; vs[V_NSLOTS] its scalars (V_* slots). Gradients of rows
