@@ -505,24 +505,6 @@ def _chol_apply(L, nf, rhs, out):
 
 
 @njit(cache=True, nogil=True)
-def _box_qp_chol(G, b, m, kind, h, x, pin, rel_pivot):
-    """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
-    (kind 0), for a positive definite G, from a Cholesky factor of the free part
-    formed here (see :func:`_box_qp_from`). Returns (ok, steps); ok = False if G is
-    numerically singular on a free part (the caller then solves in the primal)."""
-    free = np.empty(m, np.int64)
-    L = np.empty((m, m))
-    nf = 0
-    for k in range(m):
-        if kind[k] == 0:
-            if not _chol_append(G, free, nf, k, L, rel_pivot):
-                return False, 0
-            free[nf] = k
-            nf += 1
-    return _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf)
-
-
-@njit(cache=True, nogil=True)
 def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
     """Bring the Cholesky factor kept between kinks, KF = (L, rows, meta), to the
     margin multipliers inside their boxes (kind 0) at this kink, and their positions
