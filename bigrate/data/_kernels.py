@@ -22,6 +22,41 @@ def l2_normalize_rows(indptr, data):
 
 
 @njit(cache=True, nogil=True)
+def gather_rows(
+    ptrs, inds, vals, starts, rows, out_ptr, out_indices, out_data, row0, nz0
+):
+    """Copy rows of a sequence of CSR blocks, in the order given, into the output CSR
+    arrays from its row ``row0`` and non-zero ``nz0`` on (``out_ptr[row0]`` already
+    holds ``nz0``). Block b holds the rows ``starts[b]:starts[b + 1]`` of the sequence
+    (``ptrs[b]``, ``inds[b]``, ``vals[b]`` its indptr, indices and data); ``rows`` are
+    positions in the sequence. Returns the non-zero count written. The caller checks
+    ``rows`` against ``starts[-1]`` and sizes the outputs from the rows' lengths."""
+    p = nz0
+    b = -1
+    lo = 0
+    hi = 0
+    ptr = ptrs[0]
+    ind = inds[0]
+    val = vals[0]
+    for r in range(rows.shape[0]):
+        g = rows[r]
+        if g < lo or g >= hi:  # another block: runs of one block are the rule
+            b = np.searchsorted(starts, g, side="right") - 1
+            lo = starts[b]
+            hi = starts[b + 1]
+            ptr = ptrs[b]
+            ind = inds[b]
+            val = vals[b]
+        i = g - lo
+        for k in range(ptr[i], ptr[i + 1]):
+            out_indices[p] = ind[k]
+            out_data[p] = val[k]
+            p += 1
+        out_ptr[row0 + r + 1] = p
+    return p
+
+
+@njit(cache=True, nogil=True)
 def synth_rows(draws, draw_ptr, idf, out_indices, out_values, out_ptr):
     """Turn per-row feature draws (with repeats) into L2-normalised TF-IDF CSR rows.
 

@@ -166,6 +166,94 @@ class RowBlock:
         )
 
 
+class RowSequence:
+    """Row blocks read as one sequence of rows without stacking them: the source that
+    :func:`gather` copies chosen rows from (a sampler's buffer of decoded row groups is
+    never concatenated, only the rows drawn are copied, once)."""
+
+    def __init__(self, blocks: list[RowBlock]):
+        from numba import types
+        from numba.typed import List
+
+        if not blocks:
+            raise ValueError("a RowSequence needs at least one block")
+        self.blocks = blocks
+        self.starts = np.zeros(len(blocks) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in blocks], out=self.starts[1:])
+        self.width = max(b.X.shape[1] for b in blocks)
+        self.y = np.concatenate([b.y for b in blocks])
+        self.row_id = np.concatenate([b.row_id for b in blocks])
+        groups = [b.group for b in blocks]
+        self.group = None if groups[0] is None else np.concatenate(groups)
+
+        # the kernel only reads: arrays straight from Arrow are read-only, copies not
+        def typed(dtype):
+            return List.empty_list(types.Array(dtype, 1, "C", readonly=True))
+
+        self._ptrs, self._inds, self._vals = (
+            typed(types.int64),
+            typed(types.int32),
+            typed(types.float32),
+        )
+        for b in blocks:
+            self._ptrs.append(b.X.indptr.astype(np.int64))
+            self._inds.append(np.ascontiguousarray(b.X.indices, dtype=np.int32))
+            self._vals.append(np.ascontiguousarray(b.X.data, dtype=np.float32))
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def row_nnz(self, rows: np.ndarray) -> int:
+        """Non-zeros of the rows at positions ``rows``."""
+        nnz = 0
+        for b, blk in enumerate(self.blocks):
+            lo, hi = self.starts[b], self.starts[b + 1]
+            r = rows[(rows >= lo) & (rows < hi)] - lo
+            nnz += int((blk.X.indptr[r + 1] - blk.X.indptr[r]).sum())
+        return nnz
+
+
+def gather(pieces: list[tuple[RowSequence, np.ndarray]]) -> RowBlock:
+    """One new block of the rows at positions ``rows`` of each ``(sequence, rows)``
+    piece, the pieces one after the other and each piece's rows in the order given: a
+    single copy of the rows taken (a compiled loop), however many blocks they come
+    from."""
+    from bigrate.data import _kernels as K
+
+    if not pieces:
+        raise ValueError("gather needs at least one (sequence, rows) piece")
+    pieces = [(s, np.asarray(r, dtype=np.int64)) for s, r in pieces]
+    for s, r in pieces:
+        if len(r) and (r.min() < 0 or r.max() >= len(s)):
+            raise IndexError(
+                f"rows to gather must lie in [0, {len(s)}), got {r.min()}..{r.max()}"
+            )
+    n = sum(len(r) for _, r in pieces)
+    nnz = sum(s.row_nnz(r) for s, r in pieces)
+    out_ptr = np.empty(n + 1, dtype=np.int32 if nnz < 2**31 else np.int64)
+    out_ptr[0] = 0
+    out_indices = np.empty(nnz, dtype=np.int32)
+    out_data = np.empty(nnz, dtype=np.float32)
+    row = nz = 0
+    for s, r in pieces:
+        if len(r):
+            nz = K.gather_rows(s._ptrs, s._inds, s._vals, s.starts, r, out_ptr,
+                               out_indices, out_data, row, nz)  # fmt: skip
+            row += len(r)
+    width = max(s.width for s, _ in pieces)
+    X = sp.csr_matrix((out_data, out_indices, out_ptr), shape=(n, width), copy=False)
+    return RowBlock(
+        X=X,
+        y=np.concatenate([s.y[r] for s, r in pieces]),
+        row_id=np.concatenate([s.row_id[r] for s, r in pieces]),
+        group=(
+            None
+            if pieces[0][0].group is None
+            else np.concatenate([s.group[r] for s, r in pieces])
+        ),
+    )
+
+
 def _widen(X: sp.csr_matrix, width: int) -> sp.csr_matrix:
     if X.shape[1] == width:
         return X

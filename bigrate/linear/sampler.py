@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from bigrate.data.format import RowBlock
+from bigrate.data.format import RowBlock, RowSequence, gather
 
 
 def holdout_mask(row_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -220,11 +220,16 @@ class _ShardClassStream:
         self.rng, self.holdout = rng, holdout
         self.cache = cache if cache is not None else RowGroupCache(0.0)
         self.queue: list = []
-        self.buf: RowBlock | None = None
+        # the buffer's rows as read (``buf``) and the positions of its rows still to be
+        # drawn, in draw order (``perm[at:]``): drawing gathers rows, it copies none
+        self.buf: RowSequence | None = None
+        self.perm = np.empty(0, dtype=np.int64)
         self.at = 0
         self.passes = 0
 
-    def _read_unit(self) -> RowBlock | None:
+    def _read_unit(self) -> tuple[RowBlock, np.ndarray | None] | None:
+        """The next row group of this pass and the positions of its rows that are not
+        held out (None: all of them)."""
         if not self.queue:
             self.queue = [self.units[i] for i in self.rng.permutation(len(self.units))]
             self.passes += 1
@@ -232,47 +237,61 @@ class _ShardClassStream:
         block = self.cache.get(self.ds, shard, rg, self.batch_rows)
         if block is None:
             return None
+        keep = None
         if self.holdout is not None:
-            keep = ~holdout_mask(block.row_id, *self.holdout)
-            block = block.take(keep)
-        return block
+            keep = np.flatnonzero(~holdout_mask(block.row_id, *self.holdout))
+        return block, keep
+
+    def waiting_row_ids(self) -> np.ndarray:
+        """The ``row_id`` of the buffer's rows not drawn yet, in the order they will be."""
+        if self.buf is None:
+            return np.empty(0, dtype=np.int64)
+        return self.buf.row_id[self.perm[self.at :]]
 
     def _refill(self) -> None:
         """Keep the rows not yet drawn, add row groups (at most one pass over the class)
         up to ``buffer_rows`` rows, and permute them (by blocks of ``block`` rows: the
-        gather then reads each block's rows from one stretch of memory)."""
-        parts = []
-        if self.buf is not None and self.at < len(self.buf):
-            parts.append(self.buf.slice(self.at, len(self.buf)))
-        have = sum(len(p) for p in parts)
+        rows of a block are then gathered from one stretch of memory)."""
+        parts, items, start = [], [], 0
+        if self.buf is not None and self.at < len(self.perm):
+            parts.append(gather([(self.buf, self.perm[self.at :])]))
+            start = len(parts[0])
+            items.append(np.arange(start))
+        have = start
         read = 0
         while have < self.buffer_rows and read < len(self.units):
-            b = self._read_unit()
+            got = self._read_unit()
             read += 1
-            if b is not None and len(b):
+            if got is None:
+                continue
+            b, keep = got
+            kept = len(b) if keep is None else len(keep)
+            if kept:
                 parts.append(b)
-                have += len(b)
+                items.append(start + (np.arange(len(b)) if keep is None else keep))
+                start += len(b)
+                have += kept
         if have == 0:
             raise ValueError(
                 "this class has no rows left after the calibration hold-out"
             )
-        merged = RowBlock.concat(parts)
-        order = block_permutation(np.arange(len(merged)), self.rng, self.block)
-        self.buf = merged.take(order)
+        self.buf = RowSequence(parts)
+        self.perm = block_permutation(np.concatenate(items), self.rng, self.block)
         self.at = 0
 
-    def take(self, k: int) -> RowBlock:
+    def take(self, k: int) -> list[tuple[RowSequence, np.ndarray]]:
+        """The next ``k`` rows as (buffer, row positions) pieces, for :func:`gather`."""
         out = []
         while k > 0:
-            left = 0 if self.buf is None else len(self.buf) - self.at
+            left = len(self.perm) - self.at
             if left < k:
                 self._refill()
-                left = len(self.buf) - self.at
+                left = len(self.perm) - self.at
             m = min(k, left)
-            out.append(self.buf.slice(self.at, self.at + m))
+            out.append((self.buf, self.perm[self.at : self.at + m]))
             self.at += m
             k -= m
-        return RowBlock.concat(out)
+        return out
 
 
 def row_group_units(files) -> list:
@@ -284,8 +303,9 @@ def row_group_units(files) -> list:
 class ShardSampler:
     """Out-of-core sampler over the shards of one split (or of given row-group units).
 
-    Each chunk is a freshly built CSR of the drawn rows in step order (``order`` is
-    ``arange``), with their ``row_id``s kept in ``last_row_ids`` for replay and tests.
+    Each chunk is a freshly built CSR of the drawn rows (one gather from the class
+    buffers, :func:`~bigrate.data.format.gather`), with their ``row_id``s in step order
+    kept in ``last_row_ids`` for replay and tests.
     """
 
     def __init__(
@@ -316,19 +336,18 @@ class ShardSampler:
         self.n_pos = sum(f.rows for f in {u[0] for u in pos})
         self.n_neg = sum(f.rows for f in {u[0] for u in neg})
         self.pos = _ShardClassStream(
-            dataset, pos, buffer_rows, batch_rows, self.rng, holdout, cache,
-            shuffle_block,
+            dataset, pos, buffer_rows, batch_rows, self.rng, holdout,
+            cache, shuffle_block,
         )  # fmt: skip
         self.neg = _ShardClassStream(
-            dataset, neg, buffer_rows, batch_rows, self.rng, holdout, cache,
-            shuffle_block,
+            dataset, neg, buffer_rows, batch_rows, self.rng, holdout,
+            cache, shuffle_block,
         )  # fmt: skip
         self.last_row_ids: np.ndarray | None = None
 
     def next(self, steps: int):
         if self.mode == "pairs":
-            p, n = self.pos.take(steps), self.neg.take(steps)
-            both = RowBlock.concat([p, n])
+            both = gather(self.pos.take(steps) + self.neg.take(steps))
             self.last_row_ids = both.row_id
             return (
                 both.X,
@@ -342,8 +361,7 @@ class ShardSampler:
             self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg)
         )
         k = int(is_pos.sum())
-        p, n = self.pos.take(k), self.neg.take(steps - k)
-        both = RowBlock.concat([b for b in (p, n) if len(b)])
+        both = gather(self.pos.take(k) + self.neg.take(steps - k))
         order = np.empty(steps, dtype=np.int64)
         order[is_pos] = np.arange(k)
         order[~is_pos] = np.arange(k, steps)

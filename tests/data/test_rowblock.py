@@ -59,3 +59,71 @@ def test_concat_of_slices_and_widths_matches_scipy_vstack():
     # the stacked arrays are new: changing them leaves the sources alone
     got.X.data[:] = -7.0
     assert not np.any(blocks[0].X.data == -7.0)
+
+
+def test_gather_copies_chosen_rows_of_several_blocks_in_order():
+    """gather over RowSequences equals stacking every block and taking the rows, for
+    rows in any order (repeats, runs within one block, jumps between blocks), several
+    pieces one after another, different widths, the group column, empty rows and
+    empty pieces; positions outside a sequence are refused."""
+    import pytest
+
+    from bigrate.data.format import RowSequence, gather
+
+    rng = np.random.default_rng(3)
+    for with_group in (False, True):
+        blocks = [_block(rng, n, d, with_group=with_group)
+                  for n, d in ((50, 30), (1, 30), (120, 45), (7, 10), (64, 45))]  # fmt: skip
+        blocks[2].X.data[:] = 0  # explicit zeros are rows' entries too
+        blocks[0].X = sp.csr_matrix(
+            (
+                blocks[0].X.data,
+                blocks[0].X.indices,
+                blocks[0].X.indptr.astype(np.int64),
+            ),
+            shape=blocks[0].X.shape,
+        )  # int64 row offsets next to int32 ones
+        a, b = RowSequence(blocks[:3]), RowSequence(blocks[3:])
+        assert len(a) == 171 and len(b) == 71
+        whole_a, whole_b = RowBlock.concat(blocks[:3]), RowBlock.concat(blocks[3:])
+        ra = np.r_[rng.integers(0, 171, 200), np.arange(60, 90), [170, 0, 50, 50]]
+        rb = rng.permutation(71)
+        got = gather([(a, ra), (b, np.array([], dtype=np.int64)), (b, rb), (a, ra[:5])])
+        want = RowBlock.concat(
+            [whole_a.take(ra), _widen_to(whole_b.take(rb), 45), whole_a.take(ra[:5])]
+        )
+        _same(got, want)
+        assert got.X.dtype == np.float32 and got.X.indices.dtype == np.int32
+    with pytest.raises(IndexError, match=r"\[0, 171\)"):
+        gather([(a, np.array([0, 171]))])
+    with pytest.raises(IndexError):
+        gather([(a, np.array([-1]))])
+
+
+def _widen_to(blk: RowBlock, width: int) -> RowBlock:
+    X = sp.csr_matrix((blk.X.data, blk.X.indices, blk.X.indptr),
+                      shape=(blk.X.shape[0], width))  # fmt: skip
+    return RowBlock(X=X, y=blk.y, row_id=blk.row_id, group=blk.group)
+
+
+def test_gather_reads_read_only_arrow_buffers(tmp_path):
+    """Blocks decoded from Parquet hold read-only views of Arrow's buffers: a
+    RowSequence of them gathers without copying them first and without numba's
+    read-only cast warning."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from bigrate.data.format import RowSequence, block_to_table, gather, table_to_block
+
+    rng = np.random.default_rng(5)
+    blk = _block(rng, 200, 25)
+    pq.write_table(block_to_table(blk, False), tmp_path / "b.parquet")
+    back = table_to_block(pq.read_table(tmp_path / "b.parquet"), 25)
+    assert not back.X.indices.flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        seq = RowSequence([back, blk])
+        rows = rng.integers(0, 400, 300)
+        _same(gather([(seq, rows)]), RowBlock.concat([back, blk]).take(rows))
+    assert np.shares_memory(seq._inds[0], back.X.indices)

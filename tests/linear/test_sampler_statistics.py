@@ -121,7 +121,7 @@ def test_streaming_draws_every_row_once_per_pass(shards, buffer_rows, block):
         counts = np.zeros(3000, int)
         np.add.at(counts, drawn, 1)
         waiting = np.zeros(3000, int)
-        np.add.at(waiting, stream.buf.row_id[stream.at :], 1)
+        np.add.at(waiting, stream.waiting_row_ids(), 1)
         unread = {(u[0].path, u[1]) for u in stream.queue}  # this pass, not yet read
         checked = 0
         for shard, rg in stream.units:
@@ -144,7 +144,7 @@ def test_streaming_buffer_is_shuffled_by_blocks(shards):
         s = ShardSampler(shards, "balanced", 7, buffer_rows=2048, batch_rows=512,
                          shuffle_block=block)  # fmt: skip
         s.next(16)
-        ids = s.neg.buf.row_id
+        ids = s.neg.buf.row_id[s.neg.perm]  # the buffer in draw order
         w = ids[: len(ids) // 64 * 64].reshape(-1, 64)
         return np.median(w.max(1) - w.min(1)), ids
 
