@@ -166,6 +166,15 @@ class RowBlock:
         )
 
 
+def _reused(buffers: dict, key: str, size: int, dtype) -> np.ndarray:
+    """The first ``size`` entries of the kept array ``buffers[key]``, grown by a
+    quarter beyond the need when too small (or of another dtype)."""
+    have = buffers.get(key)
+    if have is None or len(have) < size or have.dtype != dtype:
+        have = buffers[key] = np.empty(size + size // 4 + 16, dtype=dtype)
+    return have[:size]
+
+
 class RowSequence:
     """Row blocks read as one sequence of rows without stacking them: the source that
     :func:`gather` copies chosen rows from (a sampler's buffer of decoded row groups is
@@ -213,11 +222,19 @@ class RowSequence:
         return nnz
 
 
-def gather(pieces: list[tuple[RowSequence, np.ndarray]]) -> RowBlock:
+def gather(
+    pieces: list[tuple[RowSequence, np.ndarray]], buffers: dict | None = None
+) -> RowBlock:
     """One new block of the rows at positions ``rows`` of each ``(sequence, rows)``
     piece, the pieces one after the other and each piece's rows in the order given: a
     single copy of the rows taken (a compiled loop), however many blocks they come
-    from."""
+    from.
+
+    ``buffers``: a dict this function keeps the feature arrays in from call to call (the
+    result's CSR arrays are views of them, valid until the next call with the same
+    dict). A sampler that hands out chunk after chunk then writes into memory it has
+    touched before instead of fresh pages (Dask's workers return freed memory to the
+    system at once, so every fresh chunk page-faulted: a third of the copy's time)."""
     from bigrate.data import _kernels as K
 
     if not pieces:
@@ -230,10 +247,16 @@ def gather(pieces: list[tuple[RowSequence, np.ndarray]]) -> RowBlock:
             )
     n = sum(len(r) for _, r in pieces)
     nnz = sum(s.row_nnz(r) for s, r in pieces)
-    out_ptr = np.empty(n + 1, dtype=np.int32 if nnz < 2**31 else np.int64)
+    ptr_type = np.int32 if nnz < 2**31 else np.int64
+    if buffers is None:
+        out_ptr = np.empty(n + 1, dtype=ptr_type)
+        out_indices = np.empty(nnz, dtype=np.int32)
+        out_data = np.empty(nnz, dtype=np.float32)
+    else:
+        out_ptr = _reused(buffers, "indptr", n + 1, ptr_type)
+        out_indices = _reused(buffers, "indices", nnz, np.int32)
+        out_data = _reused(buffers, "data", nnz, np.float32)
     out_ptr[0] = 0
-    out_indices = np.empty(nnz, dtype=np.int32)
-    out_data = np.empty(nnz, dtype=np.float32)
     row = nz = 0
     for s, r in pieces:
         if len(r):

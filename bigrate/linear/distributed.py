@@ -136,10 +136,12 @@ def sgd_round(
     holdout,
     cache_mb: float = 0.0,
     shuffle_block: int = 1,
+    cached: tuple = ("pos", "neg"),
 ) -> dict:
     """One worker's share of a round: ``steps`` steps from ``state`` over its own
     row-group ``units``, read from ``dataset_path`` where the task runs (decoded row
-    groups are kept in a per-process cache of ``cache_mb`` MiB across rounds)."""
+    groups of the classes ``cached`` are kept in a per-process cache of ``cache_mb``
+    MiB across rounds)."""
     t0 = time.perf_counter()
     ds = ShardedDataset(dataset_path)
     cache = process_cache(cache_mb)
@@ -153,9 +155,13 @@ def sgd_round(
         holdout=holdout,
         cache=cache,
         shuffle_block=shuffle_block,
+        cached=cached,
     )
     stats = np.zeros(6)
+    t1 = time.perf_counter()
     new = steps_from(cfg, state, sampler, steps, stats)
+    t2 = time.perf_counter()
+    read = sampler.read_s
     return {
         "state": new,
         "stats": stats,
@@ -163,14 +169,25 @@ def sgd_round(
         "cache_hits": cache.hits,
         "cache_misses": cache.misses,
         "seconds": time.perf_counter() - t0,  # reading, decoding and steps
+        # where the task's time went: reading + decoding + checking the row groups
+        # (cache misses), copying the drawn rows into chunks, the SGD steps, the rest
+        # (opening the dataset, the sampler, the state)
+        "read_s": read,
+        "gather_s": sampler.gather_s,
+        "steps_s": (t2 - t1) - read - sampler.gather_s,
+        "setup_s": (t1 - t0) + (time.perf_counter() - t2),
     }
+
+
+_TASK_PARTS = ("read_s", "gather_s", "steps_s", "setup_s")
 
 
 def _round_costs(timing: list, st: SGDState) -> dict:
     """Where a round's time goes, medians over this fit's rounds: the tasks' wall
-    time seen by the driver, the slowest and the mean task (reading, decoding and
-    steps, measured inside the task), what the driver waits beyond the slowest task
-    (the state and the task sent, scheduling, the results returned: communication and
+    time seen by the driver, the slowest and the mean task (measured inside the task),
+    the mean task's parts (reading + decoding + checking row groups, copying the drawn
+    rows, the SGD steps, the rest), what the driver waits beyond the slowest task (the
+    state and the task sent, scheduling, the results returned: communication and
     scheduling), the merge, and the bytes of the state sent to each worker and back."""
     if not timing:
         return {}
@@ -181,8 +198,37 @@ def _round_costs(timing: list, st: SGDState) -> dict:
         "round_mean_task_s": float(np.median(t[:, 3])),
         "round_comm_sched_s": float(np.median(t[:, 0] - t[:, 2])),
         "round_merge_s": float(np.median(t[:, 1])),
+        **{
+            f"round_task_{k}": float(np.median(t[:, 4 + j]))
+            for j, k in enumerate(_TASK_PARTS)
+        },
         "state_bytes": int(st.w.nbytes + 3 * 8),
     }
+
+
+def _decoded_bytes(units: list) -> float:
+    """Memory the decoded row groups ``units`` take (float32 values and int32 indices
+    and row offsets, int8 labels, int64 row ids: what :class:`RowGroupCache` counts),
+    from the manifest's counts (a file's row groups taken as equal)."""
+    return sum((8 * f.nnz + 13 * f.rows) / max(f.row_groups, 1) + 4 for f, _ in units)
+
+
+def _cached_classes(own_pos: list, own_neg: list, cache_mb: float) -> tuple:
+    """The classes whose row groups a worker keeps decoded across rounds: smallest
+    first, while all of that class's row groups of the worker fit in ``cache_mb``
+    together. A class that does not fit whole is not cached at all: its row groups are
+    read once an epoch in a fresh order, so an LRU cache would only evict the small
+    class's row groups, which are read again and again, to keep ones not read again
+    this epoch."""
+    budget, out = cache_mb * 2**20, []
+    sizes = sorted(
+        (_decoded_bytes(u), c) for c, u in (("pos", own_pos), ("neg", own_neg))
+    )
+    for size, cls in sizes:
+        if size <= budget:
+            out.append(cls)
+            budget -= size
+    return tuple(out)
 
 
 def _deal(units: list, n: int) -> list[list]:
@@ -265,11 +311,21 @@ def fit_distributed(
     max_steps = 2 * est.buffer_rows
     rounds_per_epoch = max(rounds_per_epoch, math.ceil(per_epoch / (n_w * max_steps)))
     steps = max(1, math.ceil(per_epoch / (n_w * rounds_per_epoch)))
-    rows_per_unit = max(1, int(np.mean([u[0].rows / u[0].row_groups for u in units])))
-    # rows each class needs per worker-round, then row groups to read for them
-    share = 1.0 if cfg.mode == "pairs" else 0.5
-    need_rows = steps + 1 if cfg.mode == "uniform" else int(steps * share) + 1
-    per_round = max(1, math.ceil(need_rows / rows_per_unit))
+    # rows each class needs per worker-round, then row groups of that class to read
+    # for them (a class's rows are reused within a round if they run short)
+    per_round = []
+    for cls, n_cls in (("pos", plan.n_pos), ("neg", plan.n_neg)):
+        if cfg.mode == "pairs":
+            share = 1.0
+        elif cfg.mode == "uniform":
+            share = n_cls / (plan.n_pos + plan.n_neg)
+        else:
+            share = 0.5
+        mine = [u for u in units if u[0].cls == cls]
+        rows_per_unit = max(1.0, float(np.mean([u[0].rows / u[0].row_groups
+                                                for u in mine])) if mine else 1.0)  # fmt: skip
+        per_round.append(max(1, math.ceil((int(steps * share) + 1) / rows_per_unit)))
+    cached = [_cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
     seed = plan.seed
     if progress:
         link = engine.dashboard_link
@@ -318,15 +374,16 @@ def fit_distributed(
             args = []
             for k in range(n_w):
                 mine = round_units(
-                    own_pos[k], epoch, k, 0, seed, r, per_round
-                ) + round_units(own_neg[k], epoch, k, 1, seed, r, per_round)
+                    own_pos[k], epoch, k, 0, seed, r, per_round[0]
+                ) + round_units(own_neg[k], epoch, k, 1, seed, r, per_round[1])
                 if not any(u[0].cls == "pos" for u in mine) or not any(
                     u[0].cls == "neg" for u in mine
                 ):
                     continue  # a worker with no shard of one class sits this round out
                 args.append(
                     (ds.path, mine, cfg, st, steps, [seed, rnd, k], 1 << 40,
-                     est.batch_rows, plan.holdout, cache_mb, est.shuffle_block)
+                     est.batch_rows, plan.holdout, cache_mb, est.shuffle_block,
+                     cached[k])
                 )  # fmt: skip
             if not args:
                 raise ValueError(
@@ -338,7 +395,12 @@ def fit_distributed(
             new = merge_states([res["state"] for res in results])
             round_stats = sum(res["stats"] for res in results)
             secs = [res["seconds"] for res in results]
-            timing.append((tm - tw, time.perf_counter() - tm, max(secs), np.mean(secs)))
+            parts = [
+                np.mean([res.get(k, np.nan) for res in results]) for k in _TASK_PARTS
+            ]
+            timing.append(
+                (tm - tw, time.perf_counter() - tm, max(secs), np.mean(secs), *parts)
+            )
             # the round is done: commit it (a KeyboardInterrupt before this line
             # leaves the previous round as the last finished one)
             st, stats, n_tasks = new, stats + round_stats, n_tasks + len(results)

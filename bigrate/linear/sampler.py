@@ -24,6 +24,8 @@ they are visited or gathered; ``block = 1`` is a plain permutation).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -226,6 +228,7 @@ class _ShardClassStream:
         self.perm = np.empty(0, dtype=np.int64)
         self.at = 0
         self.passes = 0
+        self.read_s = 0.0  # reading, decoding and checking row groups
 
     def _read_unit(self) -> tuple[RowBlock, np.ndarray | None] | None:
         """The next row group of this pass and the positions of its rows that are not
@@ -234,7 +237,9 @@ class _ShardClassStream:
             self.queue = [self.units[i] for i in self.rng.permutation(len(self.units))]
             self.passes += 1
         shard, rg = self.queue.pop()
+        t = time.perf_counter()
         block = self.cache.get(self.ds, shard, rg, self.batch_rows)
+        self.read_s += time.perf_counter() - t
         if block is None:
             return None
         keep = None
@@ -303,9 +308,11 @@ def row_group_units(files) -> list:
 class ShardSampler:
     """Out-of-core sampler over the shards of one split (or of given row-group units).
 
-    Each chunk is a freshly built CSR of the drawn rows (one gather from the class
-    buffers, :func:`~bigrate.data.format.gather`), with their ``row_id``s in step order
-    kept in ``last_row_ids`` for replay and tests.
+    Each chunk is a CSR of the drawn rows (one gather from the class buffers,
+    :func:`~bigrate.data.format.gather`) whose arrays are reused by the next chunk:
+    a chunk is valid until the next call of :meth:`next`. The drawn rows' ``row_id``s
+    in step order are kept in ``last_row_ids`` for replay and tests. ``cache`` keeps decoded row groups
+    of the classes in ``cached`` across samplers (see :class:`RowGroupCache`).
     """
 
     def __init__(
@@ -321,6 +328,7 @@ class ShardSampler:
         holdout: tuple[float, int] | None = None,
         cache: RowGroupCache | None = None,
         shuffle_block: int = 1,
+        cached: tuple = ("pos", "neg"),
     ):
         self.ds, self.mode = dataset, mode
         self.rng = np.random.default_rng(seed)
@@ -337,17 +345,31 @@ class ShardSampler:
         self.n_neg = sum(f.rows for f in {u[0] for u in neg})
         self.pos = _ShardClassStream(
             dataset, pos, buffer_rows, batch_rows, self.rng, holdout,
-            cache, shuffle_block,
+            cache if "pos" in cached else None, shuffle_block,
         )  # fmt: skip
         self.neg = _ShardClassStream(
             dataset, neg, buffer_rows, batch_rows, self.rng, holdout,
-            cache, shuffle_block,
+            cache if "neg" in cached else None, shuffle_block,
         )  # fmt: skip
         self.last_row_ids: np.ndarray | None = None
+        self.gather_s = 0.0  # copying the drawn rows into chunks
+        self._chunk_buffers: dict = {}  # a chunk's CSR arrays, reused by the next
+
+    @property
+    def read_s(self) -> float:
+        """Seconds spent reading, decoding and checking row groups (cache misses)."""
+        return self.pos.read_s + self.neg.read_s
+
+    def _gather(self, pieces) -> RowBlock:
+        t = time.perf_counter()
+        out = gather(pieces, self._chunk_buffers)
+        self.gather_s += time.perf_counter() - t
+        return out
 
     def next(self, steps: int):
         if self.mode == "pairs":
-            both = gather(self.pos.take(steps) + self.neg.take(steps))
+            pieces = self.pos.take(steps) + self.neg.take(steps)
+            both = self._gather(pieces)
             self.last_row_ids = both.row_id
             return (
                 both.X,
@@ -361,7 +383,8 @@ class ShardSampler:
             self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg)
         )
         k = int(is_pos.sum())
-        both = gather(self.pos.take(k) + self.neg.take(steps - k))
+        pieces = self.pos.take(k) + self.neg.take(steps - k)
+        both = self._gather(pieces)
         order = np.empty(steps, dtype=np.int64)
         order[is_pos] = np.arange(k)
         order[~is_pos] = np.arange(k, steps)

@@ -127,3 +127,29 @@ def test_gather_reads_read_only_arrow_buffers(tmp_path):
         rows = rng.integers(0, 400, 300)
         _same(gather([(seq, rows)]), RowBlock.concat([back, blk]).take(rows))
     assert np.shares_memory(seq._inds[0], back.X.indices)
+
+
+def test_gather_into_kept_buffers_reuses_them_and_stays_exact():
+    """With a buffers dict, successive gathers write into the same memory (grown when
+    a larger chunk needs it) and every result is still exactly the rows asked for.
+    (scipy copies a view of less than half its base array, so much smaller chunks
+    than the kept buffers get their own copy: a sampler's chunks are of one size.)"""
+    from bigrate.data.format import RowSequence, gather
+
+    rng = np.random.default_rng(8)
+    blocks = [_block(rng, 80, 20), _block(rng, 90, 20)]
+    seq, whole = RowSequence(blocks), RowBlock.concat(blocks)
+    kept: dict = {}
+    shared = grown = 0
+    for n in (40, 36, 44, 160, 150, 10):
+        rows = rng.integers(0, 170, n)
+        before = kept.get("indices")
+        got = gather([(seq, rows)], kept)
+        _same(got, whole.take(rows))
+        if kept["indices"] is before and 2 * got.X.nnz > len(before):
+            assert np.shares_memory(got.X.indices, before)  # no fresh arrays
+            assert np.shares_memory(got.X.data, kept["data"])
+            shared += 1
+        grown += kept["indices"] is not before
+    assert shared >= 3 and grown == 2  # the first call, and for 160 rows
+    assert len(kept["indices"]) >= got.X.nnz

@@ -113,6 +113,10 @@ def test_two_workers_match_single_process(dask_engine, dataset):
     assert e["round_mean_task_s"] > 0 and e["round_merge_s"] > 0
     assert e["round_comm_sched_s"] >= 0  # the driver waits at least the slowest task
     assert e["state_bytes"] == dist.coef_.size * 8 + 24
+    # the mean task's parts: reading + decoding, copying drawn rows, steps, the rest
+    parts = [e[f"round_task_{k}"] for k in ("read_s", "gather_s", "steps_s", "setup_s")]
+    assert min(parts) >= 0 and parts[1] > 0 and parts[2] > 0
+    assert sum(parts) == pytest.approx(e["round_mean_task_s"], rel=0.3)
     # deterministic for a given seed and worker count
     again = fit_distributed(NeymanPearsonSGD(**params), ds, dask_engine, progress=False)
     np.testing.assert_array_equal(again.coef_, dist.coef_)
@@ -275,3 +279,63 @@ def _keys(handles):  # Dask scatters a tuple as a tuple of futures
 
 def _fold_rows(data, tr, te):
     return data[0][tr], data[1][te]
+
+
+def test_a_worker_caches_a_class_only_if_all_its_row_groups_fit(tmp_path):
+    """The decoded size is what the row-group cache counts (from the manifest, before
+    reading), and a class is cached only if all the worker's row groups of it fit:
+    smallest class first; a class that does not fit whole is not cached at all."""
+    from bigrate.data.format import ShardFile
+    from bigrate.linear.distributed import _cached_classes, _decoded_bytes
+    from bigrate.linear.sampler import RowGroupCache
+
+    X, y = blobs(1, n=900)
+    ds = write_dataset(tmp_path / "ds", X, y, row_group_size=1000)  # one group a file
+    for f in ds.files("train"):
+        block = RowGroupCache(100.0).get(ds, f, 0, 4096)
+        assert _decoded_bytes([(f, 0)]) == RowGroupCache._size(block)
+
+    def shard(cls, rows, nnz, groups):
+        return ShardFile(cls, "train", cls, rows, nnz, groups, 1, "")
+
+    big, small = shard("pos", 40_000, 4_000_000, 2), shard("neg", 8_000, 800_000, 1)
+    pos, neg = [(big, g) for g in (0, 1)] * 3, [(small, 0)] * 4
+    mib_pos, mib_neg = _decoded_bytes(pos) / 2**20, _decoded_bytes(neg) / 2**20
+    assert 90 < mib_pos < 100 and 24 < mib_neg < 26
+    assert _cached_classes(pos, neg, mib_neg + 1) == ("neg",)
+    assert _cached_classes(pos, neg, mib_pos + 1) == ("neg",)  # not both
+    assert _cached_classes(pos, neg, mib_pos + mib_neg + 1) == ("neg", "pos")
+    assert _cached_classes(pos, neg, mib_neg - 1) == ()
+    assert _cached_classes(neg, pos, mib_neg + 1) == ("pos",)  # by size, not name
+
+
+def test_a_round_reads_each_class_by_its_own_row_group_size(tmp_path):
+    """Each class gets the row groups it needs for its share of a round's steps, by
+    its own rows per row group: a class stored in small row groups gets more of them."""
+    import math
+
+    from bigrate.engines import open_engine
+    from bigrate.linear import fit_distributed
+
+    X, y = blobs(2, n=6000)
+    pos = np.flatnonzero(y > 0)[:300]
+    keep = np.r_[pos, np.flatnonzero(y < 0)]
+    ds = write_dataset(tmp_path / "ds", X[keep], y[keep], row_group_size=256)
+    with open_engine("local") as eng:
+        rec = _Recording(eng)
+        fit_distributed(NeymanPearsonSGD(rho=0.05, epochs=1, random_state=0), ds,
+                        rec, progress=False, rounds_per_epoch=4)  # fmt: skip
+    files = ds.files("train")
+    for args, _ in rec.rounds:
+        units, steps = args[0][1], args[0][4]
+        for cls in ("pos", "neg"):
+            mine = [f for f in files if f.cls == cls]
+            per_group = np.mean(
+                [f.rows / f.row_groups for f in mine for _ in range(f.row_groups)]
+            )
+            got = sum(u[0].cls == cls for u in units)
+            assert got == math.ceil((steps // 2 + 1) / per_group), (cls, got)
+    counts = [
+        sum(u[0].cls == c for u in rec.rounds[0][0][0][1]) for c in ("pos", "neg")
+    ]
+    assert counts[0] > counts[1]  # 300 positives: row groups of 256 + 44, vs 256s
