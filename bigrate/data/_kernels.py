@@ -22,6 +22,26 @@ def l2_normalize_rows(indptr, data):
 
 
 @njit(cache=True, nogil=True)
+def gathered_nnz(ptrs, starts, rows):
+    """Non-zeros of the rows at positions ``rows`` of a sequence of CSR blocks (laid
+    out as for :func:`gather_rows`): what the gather's outputs must hold."""
+    nnz = 0
+    lo = 0
+    hi = 0
+    ptr = ptrs[0]
+    for r in range(rows.shape[0]):
+        g = rows[r]
+        if g < lo or g >= hi:
+            b = np.searchsorted(starts, g, side="right") - 1
+            lo = starts[b]
+            hi = starts[b + 1]
+            ptr = ptrs[b]
+        i = g - lo
+        nnz += ptr[i + 1] - ptr[i]
+    return nnz
+
+
+@njit(cache=True, nogil=True)
 def gather_rows(
     ptrs, inds, vals, starts, rows, out_ptr, out_indices, out_data, row0, nz0
 ):

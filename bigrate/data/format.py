@@ -186,7 +186,6 @@ class RowSequence:
 
         if not blocks:
             raise ValueError("a RowSequence needs at least one block")
-        self.blocks = blocks
         self.starts = np.zeros(len(blocks) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in blocks], out=self.starts[1:])
         self.width = max(b.X.shape[1] for b in blocks)
@@ -213,13 +212,10 @@ class RowSequence:
         return int(self.starts[-1])
 
     def row_nnz(self, rows: np.ndarray) -> int:
-        """Non-zeros of the rows at positions ``rows``."""
-        nnz = 0
-        for b, blk in enumerate(self.blocks):
-            lo, hi = self.starts[b], self.starts[b + 1]
-            r = rows[(rows >= lo) & (rows < hi)] - lo
-            nnz += int((blk.X.indptr[r + 1] - blk.X.indptr[r]).sum())
-        return nnz
+        """Non-zeros of the rows at positions ``rows`` (int64)."""
+        from bigrate.data import _kernels as K
+
+        return int(K.gathered_nnz(self._ptrs, self.starts, rows)) if len(rows) else 0
 
 
 def gather(

@@ -321,9 +321,8 @@ def fit_distributed(
             share = n_cls / (plan.n_pos + plan.n_neg)
         else:
             share = 0.5
-        mine = [u for u in units if u[0].cls == cls]
-        rows_per_unit = max(1.0, float(np.mean([u[0].rows / u[0].row_groups
-                                                for u in mine])) if mine else 1.0)  # fmt: skip
+        sizes = [u[0].rows / u[0].row_groups for u in units if u[0].cls == cls]
+        rows_per_unit = max(1.0, float(np.mean(sizes))) if sizes else 1.0
         per_round.append(max(1, math.ceil((int(steps * share) + 1) / rows_per_unit)))
     cached = [_cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
     seed = plan.seed
@@ -395,9 +394,7 @@ def fit_distributed(
             new = merge_states([res["state"] for res in results])
             round_stats = sum(res["stats"] for res in results)
             secs = [res["seconds"] for res in results]
-            parts = [
-                np.mean([res.get(k, np.nan) for res in results]) for k in _TASK_PARTS
-            ]
+            parts = [np.mean([res[k] for res in results]) for k in _TASK_PARTS]
             timing.append(
                 (tm - tw, time.perf_counter() - tm, max(secs), np.mean(secs), *parts)
             )

@@ -311,8 +311,9 @@ class ShardSampler:
     Each chunk is a CSR of the drawn rows (one gather from the class buffers,
     :func:`~bigrate.data.format.gather`) whose arrays are reused by the next chunk:
     a chunk is valid until the next call of :meth:`next`. The drawn rows' ``row_id``s
-    in step order are kept in ``last_row_ids`` for replay and tests. ``cache`` keeps decoded row groups
-    of the classes in ``cached`` across samplers (see :class:`RowGroupCache`).
+    in step order are kept in ``last_row_ids`` for replay and tests. ``cache`` keeps
+    decoded row groups of the classes in ``cached`` across samplers (see
+    :class:`RowGroupCache`).
     """
 
     def __init__(
