@@ -17,6 +17,7 @@ KERNEL_TESTS = [
     "tests/aum/test_aum.py",
     "tests/quantile/test_quantile_path.py",
     "tests/data/test_corrupt_shards.py",
+    "tests/data/test_pages.py",
     "tests/data/test_svmlight_roundtrip.py",
 ]
 

@@ -181,6 +181,53 @@ def indices_ok(indptr, indices, n_features):
 
 
 @njit(cache=True, nogil=True)
+def copy_indices_checked(src, out, lo, offsets, r0, r1, n_features):
+    """Copy one page's indices ``src`` into ``out[lo:]`` and check them in the same
+    pass (about 0.03 ns an index on top of the copy, against 0.1 for a pass of its
+    own): every index in [0, n_features), and above the one before it except at the
+    start of a row (the indices before ``lo`` are decoded already; the rows that start
+    in the page are ``offsets[r0:r1]``, empty rows included). Returns whether all
+    hold."""
+    n = src.shape[0]
+    if n == 0:
+        return True
+    seg = out[lo : lo + n]
+    mn = src[0]
+    mx = src[0]
+    seg[0] = src[0]
+    steps_down = 0
+    for p in range(1, n):  # one branch-free loop the compiler vectorises
+        j = src[p]
+        seg[p] = j
+        mn = min(mn, j)
+        mx = max(mx, j)
+        steps_down += np.int64(j <= src[p - 1])
+    if lo > 0 and out[lo] <= out[lo - 1]:
+        steps_down += 1
+    at_starts = 0
+    last = -1
+    for r in range(r0, r1):
+        s = offsets[r]
+        if s != last and 0 < s and lo <= s < lo + n:
+            at_starts += np.int64(out[s] <= out[s - 1])
+        last = s
+    return mn >= 0 and mx < n_features and steps_down == at_starts
+
+
+@njit(cache=True, nogil=True)
+def copy_bits_below(src, out, mask, limit):
+    """Copy ``src`` into ``out`` (same length) and answer, in the same pass, whether
+    ``src[p] & mask < limit`` for every p: on a float's IEEE bits with the sign masked
+    off, whether every value is finite."""
+    top = src.dtype.type(0)
+    for p in range(src.shape[0]):
+        b = src[p]
+        out[p] = b
+        top = max(top, b & mask)
+    return top < limit
+
+
+@njit(cache=True, nogil=True)
 def _below(bits, mask, limit):
     """Is ``bits[p] & mask < limit`` for every p? A max-reduction the compiler
     vectorises, with no temporary array."""
@@ -219,3 +266,140 @@ def check_rows(indptr, indices, data, n_features):
     if indices_ok(indptr, indices, n_features) and values_finite(data):
         return ROWS_OK, -1
     return _locate(indptr, indices, data, n_features)
+
+
+# -- the shard format's Parquet data pages (bigrate.data.pages) ----------------------
+# Both kernels read bytes of a file: every position they derive from those bytes is
+# checked against the buffer before it is read, and every write against the output.
+
+
+@njit(cache=True, nogil=True)
+def _varint(buf, pos, end):
+    """(value, next position) of the ULEB128 integer at ``pos``; (-1, pos) when it
+    runs past ``end`` or over 35 bits."""
+    value = np.int64(0)
+    shift = 0
+    while pos < end and shift < 35:
+        b = np.int64(buf[pos])
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    return np.int64(-1), pos
+
+
+@njit(cache=True, nogil=True)
+def expand_levels(buf, pos, end, bit_width, out):
+    """Expand the RLE / bit-packed hybrid stream of Parquet levels in ``buf[pos:end]``
+    into ``out`` (one level a byte, ``bit_width`` <= 8). Returns the position after the
+    last run read, or -1 when the stream is malformed or ends before ``len(out)``
+    levels (a last bit-packed run may hold padding beyond them)."""
+    n = out.shape[0]
+    k = 0
+    vbytes = (bit_width + 7) // 8
+    mask = (1 << bit_width) - 1
+    while k < n:
+        h, pos = _varint(buf, pos, end)
+        if h < 0:
+            return -1
+        if h & 1:  # bit-packed: h >> 1 groups of 8 levels, bit_width bytes a group
+            nbytes = (h >> 1) * bit_width
+            if nbytes > end - pos:
+                return -1
+            take = min((h >> 1) * 8, n - k)
+            for t in range(take):
+                bit = t * bit_width
+                at = pos + (bit >> 3)
+                sh = bit & 7
+                v = np.int64(buf[at]) >> sh
+                if sh + bit_width > 8:
+                    v |= np.int64(buf[at + 1]) << (8 - sh)
+                out[k + t] = v & mask
+            k += take
+            pos += nbytes
+        else:  # run: h >> 1 copies of one value stored in vbytes bytes
+            if vbytes > end - pos:
+                return -1
+            v = np.int64(0)
+            for b in range(vbytes):
+                v |= np.int64(buf[pos + b]) << (8 * b)
+            pos += vbytes
+            if v > mask:
+                return -1
+            run = min(h >> 1, n - k)
+            out[k : k + run] = v
+            k += run
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def list_rows(rep, dfn, max_def, offsets, row, nnz):
+    """Row starts of one data page of a list column (``max_rep`` 1, required
+    elements) from its expanded repetition and definition levels: a level with
+    repetition 0 starts a row, one with definition ``max_def`` is an element (a lower
+    one is an empty or null list, which must start its row). The page's rows start at
+    row ``row`` and element ``nnz``; fills their ``offsets`` and returns (rows, elements)
+    after the page, or (-1, -1) when the levels are not those of a list column of at
+    most ``len(offsets) - 1`` rows."""
+    n_rows = offsets.shape[0] - 1
+    for i in range(rep.shape[0]):
+        r = rep[i]
+        d = dfn[i]
+        if r == 0:
+            if row == n_rows:
+                return -1, -1
+            offsets[row] = nnz
+            row += 1
+        elif r != 1 or row == 0:
+            return -1, -1
+        if d == max_def:
+            nnz += 1
+        elif d > max_def or r != 0:
+            return -1, -1
+    return row, nnz
+
+
+@njit(cache=True, nogil=True)
+def dense_list_rows(buf, pos, end, n_levels, offsets, row, nnz):
+    """Row starts of one data page of a list column in which every level is an element
+    (no empty or null list), read run by run from its repetition levels (bit width 1)
+    in ``buf[pos:end]``: a level 0, the page's k-th, starts a row at element
+    ``nnz + k``. Returns the row count after the page, or -1 when the stream is
+    malformed, ends early or starts more than ``len(offsets) - 1`` rows. The caller
+    checks that the first row starts at element 0."""
+    n_rows = offsets.shape[0] - 1
+    k = 0
+    while k < n_levels:
+        h, pos = _varint(buf, pos, end)
+        if h < 0:
+            return -1
+        if h & 1:  # bit-packed: h >> 1 bytes of 8 levels, least significant bit first
+            nbytes = h >> 1
+            if nbytes > end - pos:
+                return -1
+            take = min(nbytes * 8, n_levels - k)
+            for t in range(take):
+                if not (buf[pos + (t >> 3)] >> (t & 7)) & 1:
+                    if row == n_rows:
+                        return -1
+                    offsets[row] = nnz + k + t
+                    row += 1
+            k += take
+            pos += nbytes
+        else:
+            if pos >= end:
+                return -1
+            v = buf[pos]
+            pos += 1
+            run = min(h >> 1, n_levels - k)
+            if v == 0:
+                if run > n_rows - row:
+                    return -1
+                for t in range(run):
+                    offsets[row + t] = nnz + k + t
+                row += run
+            elif v != 1:
+                return -1
+            k += run
+    return row

@@ -338,17 +338,23 @@ def check_block(
     *,
     path: str | None = None,
     label: int | None = None,
+    rows_checked: bool = False,
 ) -> None:
     """Check a decoded block before any compiled kernel indexes with it (vectorised,
     a few passes over the arrays): feature indices in [0, n_features), sorted and unique
     within every row, values finite, labels +1 / -1 (and ``label`` where the file holds
-    one class). Raises :class:`~bigrate.errors.DataError` naming ``path`` and the row."""
+    one class). Raises :class:`~bigrate.errors.DataError` naming ``path`` and the row.
+    ``rows_checked``: the decoder found the indices and values valid as it decoded them
+    (:func:`bigrate.data.pages.read_row_group`), so only the rest is checked here."""
     from bigrate.data import _kernels as K
 
     nnz = len(indices)
     if len(offsets) != len(labels) + 1 or (len(offsets) and offsets[-1] != nnz):
         _fail("the rows' index lists do not match the row count", path)
-    status, k = K.check_rows(offsets, indices, values, n_features)
+    if rows_checked:
+        status, k = K.ROWS_OK, -1
+    else:
+        status, k = K.check_rows(offsets, indices, values, n_features)
     if status != K.ROWS_OK:
         r = int(np.searchsorted(offsets, k, side="right")) - 1
         if status == K.INDEX_OUT_OF_RANGE:
@@ -380,6 +386,49 @@ def check_block(
         )
 
 
+def check_column_types(schema: pa.Schema, path: str | None = None) -> None:
+    """Raise :class:`~bigrate.errors.DataError` naming ``path`` when a shard column
+    present in ``schema`` has another type than the shard format's."""
+    for name, typ in _COLUMN_TYPES.items():
+        if name not in schema.names:
+            continue
+        got = schema.field(name).type
+        same = (
+            pa.types.is_list(got) and got.value_type == typ.value_type
+            if pa.types.is_list(typ)
+            else got == typ
+        )
+        if not same:
+            _fail(
+                f"column {name!r} has type {got}, the shard format requires {typ}",
+                path,
+            )
+
+
+def arrays_to_block(
+    offsets: np.ndarray,
+    indices: np.ndarray,
+    values: np.ndarray,
+    y: np.ndarray,
+    row_id: np.ndarray,
+    n_features: int,
+    *,
+    group: np.ndarray | None = None,
+    path: str | None = None,
+    label: int | None = None,
+    rows_checked: bool = False,
+) -> RowBlock:
+    """CSR row block of decoded shard columns, checked by :func:`check_block` first
+    (``path`` names the file in errors; ``label`` is the class label every row of the
+    file must have; ``rows_checked`` as there)."""
+    check_block(offsets, indices, values, y, row_id, n_features, path=path, label=label,
+                rows_checked=rows_checked)  # fmt: skip
+    X = sp.csr_matrix(
+        (values, indices, offsets), shape=(len(offsets) - 1, n_features), copy=False
+    )
+    return RowBlock(X=X, y=y, row_id=row_id, group=group)
+
+
 def table_to_block(
     table: pa.Table | pa.RecordBatch,
     n_features: int,
@@ -390,35 +439,24 @@ def table_to_block(
     """CSR row block of an Arrow table or record batch in the shard schema, checked by
     :func:`check_block` (``path`` names the file in errors; ``label`` is the class
     label every row of the file must have)."""
-    for name, typ in _COLUMN_TYPES.items():
-        if name not in table.schema.names:
-            continue
-        got = table.schema.field(name).type
-        same = (
-            pa.types.is_list(got) and got.value_type == typ.value_type
-            if pa.types.is_list(typ)
-            else got == typ
-        )
-        if not same:
-            _fail(
-                f"column {name!r} has type {table.schema.field(name).type}, the shard "
-                f"format requires {typ}",
-                path,
-            )
+    check_column_types(table.schema, path)
     offsets, indices = _list_parts(table.column("indices"))
     voffsets, values = _list_parts(table.column("values"))
     if len(voffsets) != len(offsets) or voffsets[-1] != offsets[-1]:
         _fail("shard columns 'indices' and 'values' have different lengths", path)
     if np.any(voffsets != offsets):
         _fail("shard columns 'indices' and 'values' differ in a row's length", path)
-    y = np.asarray(table.column("label").to_numpy())
-    row_id = np.asarray(table.column("row_id").to_numpy())
-    check_block(offsets, indices, values, y, row_id, n_features, path=path, label=label)
-    X = sp.csr_matrix(
-        (values, indices, offsets), shape=(len(offsets) - 1, n_features), copy=False
-    )
-    names = table.schema.names
     group = None
-    if "group" in names:
+    if "group" in table.schema.names:
         group = np.asarray(table.column("group").to_numpy(zero_copy_only=False))
-    return RowBlock(X=X, y=y, row_id=row_id, group=group)
+    return arrays_to_block(
+        offsets,
+        indices,
+        values,
+        np.asarray(table.column("label").to_numpy()),
+        np.asarray(table.column("row_id").to_numpy()),
+        n_features,
+        group=group,
+        path=path,
+        label=label,
+    )

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bigrate.data import pages
 from bigrate.data.format import (
     CLASS_LABEL,
     CLASSES,
@@ -19,6 +20,8 @@ from bigrate.data.format import (
     MANIFEST,
     RowBlock,
     ShardFile,
+    arrays_to_block,
+    check_column_types,
     table_to_block,
 )
 from bigrate.data.standardize import Standardizer
@@ -179,42 +182,71 @@ class ShardedDataset:
         row_groups: Iterable[int] | None = None,
         with_group: bool = False,
     ) -> Iterator[RowBlock]:
-        """CSR batches of one shard file (optionally only some of its row groups)."""
+        """CSR batches of one shard file (optionally only some of its row groups).
+
+        Row groups in the shard format's own layout are decoded by
+        :mod:`bigrate.data.pages` (a row group at a time, then cut into batches);
+        others, and the ``group`` column, by pyarrow. Either way every row group is
+        checked before it is yielded."""
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-        cols = ["row_id", "label", "indices", "values"]
-        if with_group and self.has_group:
-            cols.append("group")
         full = _join(self.root, shard.path)
         label = CLASS_LABEL.get(shard.cls)
         pf = self.open_file(shard)
         try:
-            rg = None if row_groups is None else list(row_groups)
-            if rg is not None and any(
-                not 0 <= g < pf.metadata.num_row_groups for g in rg
-            ):
+            n_groups = pf.metadata.num_row_groups
+            rg = list(range(n_groups)) if row_groups is None else list(row_groups)
+            if any(not 0 <= g < n_groups for g in rg):
                 raise DataError(
-                    f"row groups {rg} asked for, the file has "
-                    f"{pf.metadata.num_row_groups} (manifest.json records "
-                    f"{shard.row_groups}): the manifest and the file disagree",
+                    f"row groups {rg} asked for, the file has {n_groups} "
+                    f"(manifest.json records {shard.row_groups}): the manifest and the "
+                    "file disagree",
                     path=full,
                 )
-            batches = pf.iter_batches(
-                batch_size=batch_rows, row_groups=rg, columns=cols
-            )
-            while True:
-                try:
-                    rb = next(batches)
-                except StopIteration:
-                    break
-                except (pa.ArrowException, OSError, KeyError) as e:
-                    raise DataError(
-                        f"cannot be decoded ({type(e).__name__}: {e}); re-run the prep",
+            grouped = with_group and self.has_group
+            cols = None if grouped else pages.layout(pf)
+            if cols is None:
+                yield from self._arrow_batches(pf, rg, batch_rows, grouped, full, label)
+                return
+            check_column_types(pf.schema_arrow, full)
+            with self.fs.open(full, "rb") as f:
+                for g in rg:
+                    try:
+                        *parts, checked = pages.read_row_group(
+                            f, pf.metadata, g, cols, self.n_features, full
+                        )
+                    except pages.Unsupported:
+                        yield from self._arrow_batches(
+                            pf, [g], batch_rows, grouped, full, label
+                        )
+                        continue
+                    block = arrays_to_block(
+                        *parts,
+                        self.n_features,
                         path=full,
-                    ) from None
-                yield table_to_block(rb, self.n_features, path=full, label=label)
+                        label=label,
+                        rows_checked=checked,
+                    )
+                    for a in range(0, len(block), batch_rows):
+                        yield block.slice(a, min(a + batch_rows, len(block)))
         finally:
             pf.close()
+
+    def _arrow_batches(self, pf, rg, batch_rows, grouped, full, label):
+        """Batches of the row groups ``rg`` decoded by pyarrow."""
+        cols = ["row_id", "label", "indices", "values"] + (["group"] if grouped else [])
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=rg, columns=cols)
+        while True:
+            try:
+                rb = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError, KeyError) as e:
+                raise DataError(
+                    f"cannot be decoded ({type(e).__name__}: {e}); re-run the prep",
+                    path=full,
+                ) from None
+            yield table_to_block(rb, self.n_features, path=full, label=label)
 
     def iter_batches(
         self,
