@@ -285,3 +285,30 @@ def test_flipped_bytes_never_crash_the_decoder(clean, tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "'error'" in p.stdout
+
+
+def test_threads_reading_at_once_get_the_same_rows(clean, monkeypatch):
+    """The decoder's read buffer is per thread: four threads streaming the same split
+    at once each get the rows one thread gets alone, all decoded here (a shared buffer
+    overwritten under a thread shows as pages that do not decode, left to pyarrow)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ds = ShardedDataset(clean)
+    left = []
+    real = ShardedDataset._arrow_batches
+
+    def counted(self, *a):
+        left.append(a)
+        yield from real(self, *a)
+
+    monkeypatch.setattr(ShardedDataset, "_arrow_batches", counted)
+
+    def one(_):
+        b = RowBlock.concat(list(ds.iter_batches("train", batch_rows=333)))
+        return b.X.indptr, b.X.indices, b.X.data, b.row_id
+
+    alone = one(None)
+    with ThreadPoolExecutor(4) as ex:
+        for got in ex.map(one, range(8)):
+            assert all(np.array_equal(a, b) for a, b in zip(got, alone))
+    assert left == []
