@@ -123,9 +123,9 @@ def _zigzag(n: int) -> int:
     return (n >> 1) ^ -(n & 1)
 
 
-def _skip(b: bytes, p: int, t: int) -> int:
-    if t in (1, 2):  # booleans carry their value in the type
-        return p
+def _skip(b: bytes, p: int, t: int, depth: int, in_list: bool = False) -> int:
+    if t in (1, 2):  # a boolean field carries its value in the type; a list's, a byte
+        return p + in_list
     if t == 3:
         return p + 1
     if t in (4, 5, 6):
@@ -141,16 +141,20 @@ def _skip(b: bytes, p: int, t: int) -> int:
         n, et = h >> 4, h & 15
         if n == 15:
             n, p = _varint(b, p)
+        if n > len(b) - p:  # every element takes a byte at least
+            raise Unsupported("list longer than the bytes left")
         for _ in range(n):
-            p = _skip(b, p, et)
+            p = _skip(b, p, et, depth, True)
         return p
     if t == 12:
-        return _struct(b, p)[1]
+        return _struct(b, p, depth + 1)[1]
     raise Unsupported(f"Thrift type {t}")
 
 
-def _struct(b: bytes, p: int) -> tuple[dict, int]:
+def _struct(b: bytes, p: int, depth: int = 0) -> tuple[dict, int]:
     """The integer and struct fields of a compact-protocol struct (others skipped)."""
+    if depth > 8:  # a page header nests three deep
+        raise Unsupported("structs nested too deep")
     out: dict = {}
     fid = 0
     while True:
@@ -168,9 +172,9 @@ def _struct(b: bytes, p: int) -> tuple[dict, int]:
             v, p = _varint(b, p)
             out[fid] = _zigzag(v)
         elif t == 12:
-            out[fid], p = _struct(b, p)
+            out[fid], p = _struct(b, p, depth + 1)
         else:
-            p = _skip(b, p, t)
+            p = _skip(b, p, t, depth)
 
 
 def _page_header(b: bytes, p: int) -> tuple[int, int, int, int, int]:
@@ -185,7 +189,10 @@ def _page_header(b: bytes, p: int) -> tuple[int, int, int, int, int]:
         raise Unsupported(f"page type {h.get(1)}")
     if dp.get(2) != _PLAIN or dp.get(3, _RLE) != _RLE or dp.get(4, _RLE) != _RLE:
         raise Unsupported("page encodings")
-    return h[1], h.get(2, -1), h.get(3, -1), dp.get(1, -1), p
+    sizes = h.get(2), h.get(3), dp.get(1)
+    if not all(isinstance(v, int) for v in sizes):
+        raise Unsupported("page sizes")
+    return (h[1], *sizes, p)
 
 
 def _section(page: np.ndarray, p: int) -> tuple[int, int]:
@@ -210,13 +217,19 @@ def _all_elements(page: np.ndarray, start: int, end: int, n: int, max_def: int) 
         return False
 
 
-def _pages(buf, start: int, length: int, n_levels: int, codec):
-    """(level count, decompressed bytes) of each data page of a column chunk."""
+def _pages(buf, start: int, length: int, n_levels: int, codec, most: int):
+    """(level count, decompressed bytes) of each data page of a column chunk whose
+    pages hold at most ``most`` bytes decompressed (the chunk's total, from the
+    footer: a corrupt header cannot make us allocate more)."""
     pos, end = start, start + length
     k = 0
     while k < n_levels:
         _, usize, csize, nv, pos = _page_header(buf, pos)
-        if not 0 < nv <= n_levels - k or csize < 0 or csize > end - pos or usize < 0:
+        if (
+            not 0 < nv <= n_levels - k
+            or not 0 <= csize <= end - pos
+            or not 0 <= usize <= most
+        ):
             raise Unsupported("page sizes")
         raw = buf[pos : pos + csize]
         pos += csize
@@ -235,12 +248,12 @@ def _pages(buf, start: int, length: int, n_levels: int, codec):
         raise Unsupported("column chunk length")
 
 
-def _required(buf, start, length, rows, dtype, codec) -> np.ndarray:
+def _required(buf, start, length, rows, dtype, codec, most) -> np.ndarray:
     """The values of a required column of ``rows`` values (pages of PLAIN values)."""
     values = _empty(rows, dtype)
     out = values.view(np.uint8)
     filled = 0
-    for nv, page in _pages(buf, start, length, rows, codec):
+    for nv, page in _pages(buf, start, length, rows, codec, most):
         if len(page) != nv * values.itemsize:
             raise Unsupported("values' length")
         out[filled : filled + len(page)] = page
@@ -263,7 +276,7 @@ def _copy_values(src, out) -> bool:
     )  # fmt: skip
 
 
-def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec,
+def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most,
                  n_features) -> tuple:  # fmt: skip
     """(row offsets, indices, each page's (level count, level bytes, element count),
     all indices valid) of the ``indices`` list column. A page whose levels are all
@@ -277,7 +290,7 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec,
     row = nnz = 0
     levels = []
     ok = True
-    for nv, page in _pages(buf, start, length, n_levels, codec):
+    for nv, page in _pages(buf, start, length, n_levels, codec, most):
         row0 = row
         r0, r1 = _section(page, 0)
         d0, d1 = _section(page, r1)
@@ -306,7 +319,7 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec,
     return offsets, values[:nnz], levels, ok
 
 
-def _sibling(buf, start, length, n_levels, levels, nnz, dtype, codec) -> tuple:
+def _sibling(buf, start, length, n_levels, levels, nnz, dtype, codec, most) -> tuple:
     """(elements, all finite) of the ``values`` list column, whose pages must carry the
     same levels, byte for byte, as ``levels`` (those of ``indices``): the same rows, so
     only its values are read, each page checked right after its copy. Raises
@@ -315,7 +328,7 @@ def _sibling(buf, start, length, n_levels, levels, nnz, dtype, codec) -> tuple:
     out = values.view(np.uint8)
     filled = i = 0
     ok = True
-    for nv, page in _pages(buf, start, length, n_levels, codec):
+    for nv, page in _pages(buf, start, length, n_levels, codec, most):
         if i == len(levels) or levels[i][0] != nv:
             raise Unsupported("pages differ")
         _, lv, present = levels[i]
@@ -353,7 +366,8 @@ def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
             raise Unsupported(f"codec {c.compression}")
         codec = _CODECS[c.compression]
         chunks[name] = (c.data_page_offset, c.total_compressed_size, c.num_values,
-                        max_def, None if codec is None else pa.Codec(codec))  # fmt: skip
+                        max_def, None if codec is None else pa.Codec(codec),
+                        c.total_uncompressed_size)  # fmt: skip
     lo = min(s for s, *_ in chunks.values())
     hi = max(s + n for s, n, *_ in chunks.values())
     if lo < 0 or hi <= lo:
@@ -362,20 +376,21 @@ def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
     buf = _read(f, lo, hi - lo)
 
     def at(name):
-        start, length, n_levels, max_def, codec = chunks[name]
-        return buf, start - lo, length, n_levels, max_def, codec
+        start, length, n_levels, max_def, codec, most = chunks[name]
+        return buf, start - lo, length, n_levels, max_def, codec, most
 
-    b, s, n, nl, _, codec = at("row_id")
-    row_id = _required(b, s, n, rows, np.int64, codec) if nl == rows else None
-    b, s, n, nl, _, codec = at("label")
-    labels = _required(b, s, n, rows, np.int32, codec) if nl == rows else None
+    b, s, n, nl, _, codec, most = at("row_id")
+    row_id = _required(b, s, n, rows, np.int64, codec, most) if nl == rows else None
+    b, s, n, nl, _, codec, most = at("label")
+    labels = _required(b, s, n, rows, np.int32, codec, most) if nl == rows else None
     if row_id is None or labels is None:
         raise Unsupported("column length")
-    b, s, n, nl, max_def, codec = at("indices")
+    b, s, n, nl, max_def, codec, most = at("indices")
     offsets, indices, levels, ok = _list_column(b, s, n, nl, max_def, rows, np.int32,
-                                                codec, n_features)  # fmt: skip
-    b, s, n, nl, _, codec = at("values")
-    values, finite = _sibling(b, s, n, nl, levels, len(indices), np.float32, codec)
+                                                codec, most, n_features)  # fmt: skip
+    b, s, n, nl, _, codec, most = at("values")
+    values, finite = _sibling(b, s, n, nl, levels, len(indices), np.float32, codec,
+                              most)  # fmt: skip
     wide = (labels < -128) | (labels > 127)
     if wide.any():
         r = int(np.argmax(wide))

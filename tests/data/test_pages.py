@@ -312,3 +312,32 @@ def test_threads_reading_at_once_get_the_same_rows(clean, monkeypatch):
         for got in ex.map(one, range(8)):
             assert all(np.array_equal(a, b) for a, b in zip(got, alone))
     assert left == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        # a list of 2**40 booleans in a field we skip: refused, not looped over
+        bytes([0x15, 0x00, 0x19, 0xF1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20]),
+        # structs nested 20 deep
+        bytes([0x1C] * 20 + [0x00] * 21),
+        # the uncompressed size a struct instead of an integer
+        bytes([0x15, 0x00, 0x1C, 0x00, 0x15, 0x02, 0x2C, 0x15, 0x02, 0x15, 0x00,
+               0x00, 0x00]),
+        # a header cut short
+        bytes([0x15, 0x00, 0x15]),
+    ],
+)  # fmt: skip
+def test_malformed_page_headers_are_refused(header):
+    with pytest.raises(pages.Unsupported, match="list longer|nested|sizes|runs past"):
+        pages._page_header(memoryview(header), 0)
+
+
+def test_a_page_larger_than_its_column_chunk_is_refused():
+    # a data page of 1 level, PLAIN, claiming 2**30 bytes decompressed
+    header = bytes([0x15, 0x00, 0x15, 0x80, 0x80, 0x80, 0x80, 0x08, 0x15, 0x08,
+                    0x2C, 0x15, 0x02, 0x15, 0x00, 0x00, 0x00])  # fmt: skip
+    buf = memoryview(header + bytes(4))
+    assert pages._page_header(buf, 0)[1] == 2**30
+    with pytest.raises(pages.Unsupported, match="page sizes"):
+        list(pages._pages(buf, 0, len(buf), 1, pa.Codec("lz4_raw"), 4096))
