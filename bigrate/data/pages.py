@@ -1,11 +1,11 @@
 """Our own decoder of the shard format's Parquet data pages, checking as it copies.
 
 pyarrow decodes a list column by materialising its repetition and definition levels
-value by value (about 4-5 ns a non-zero for ``indices`` and ``values`` together, three
-times the cost of decompressing their pages), and the checks then read the decoded
-block once more, out of the caches. The shard format writes those columns plainly
-(PLAIN values, RLE / bit-packed levels, version 1 data pages, no dictionary), so a row
-group is read here as: its pages' headers parsed (Thrift's compact protocol, a few pages
+value by value (about 6 ns a non-zero for ``indices`` and ``values`` together, read
+included, four times the cost of decompressing their pages), and the checks then read
+the decoded block once more, out of the caches. The shard format writes those columns
+plainly (PLAIN values, RLE / bit-packed levels, version 1 data pages, no dictionary), so
+a row group is read here as: its pages' headers parsed (Thrift's compact protocol, a few pages
 a column), each page decompressed by pyarrow's codec, the row offsets found from the
 repetition levels run by run, and the values copied out of the page by a compiled loop
 that checks them in the same pass (indices in range and increasing within their rows,
