@@ -343,9 +343,9 @@ def list_rows(rep, dfn, max_def, offsets, row, nnz):
     elements) from its expanded repetition and definition levels: a level with
     repetition 0 starts a row, one with definition ``max_def`` is an element (a lower
     one is an empty or null list, which must start its row). The page's rows start at
-    row ``row`` and element ``nnz``; fills their ``offsets`` and returns (rows, elements)
-    after the page, or (-1, -1) when the levels are not those of a list column of at
-    most ``len(offsets) - 1`` rows."""
+    row ``row`` and element ``nnz``; fills their ``offsets`` and returns (rows,
+    elements) after the page, or (-1, -1) when the levels are not those of a list
+    column of at most ``len(offsets) - 1`` rows."""
     n_rows = offsets.shape[0] - 1
     for i in range(rep.shape[0]):
         r = rep[i]

@@ -5,11 +5,11 @@ value by value (about 6 ns a non-zero for ``indices`` and ``values`` together, r
 included, four times the cost of decompressing their pages), and the checks then read
 the decoded block once more, out of the caches. The shard format writes those columns
 plainly (PLAIN values, RLE / bit-packed levels, version 1 data pages, no dictionary), so
-a row group is read here as: its pages' headers parsed (Thrift's compact protocol, a few pages
-a column), each page decompressed by pyarrow's codec, the row offsets found from the
-repetition levels run by run, and the values copied out of the page by a compiled loop
-that checks them in the same pass (indices in range and increasing within their rows,
-values finite). Only that layout is read here: :func:`read_row_group` raises
+a row group is read here as: its pages' headers parsed (Thrift's compact protocol, a
+few pages a column), each page decompressed by pyarrow's codec, the row offsets found
+from the repetition levels run by run, and the values copied out of the page by a
+compiled loop that checks them in the same pass (indices in range and increasing within
+their rows, values finite). Only that layout is read here: :func:`read_row_group` raises
 :class:`Unsupported` for anything else (another writer's layout, a dictionary page, a
 version 2 page, a codec not mapped below) and for bytes that do not decode, and the
 reader then decodes the row group with pyarrow and checks it as a whole. Every
@@ -281,9 +281,9 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most
     """(row offsets, indices, each page's (level count, level bytes, element count),
     all indices valid) of the ``indices`` list column. A page whose levels are all
     elements (the common case) is read run by run from its repetition levels; others
-    have their levels expanded first. Each page's indices are checked right after they are
-    copied out (the result's last item is False when one is not valid: the caller
-    then walks the block to name the row)."""
+    have their levels expanded first. Each page's indices are checked as they are
+    copied out (the result's last item is False when one is not valid: the caller then
+    walks the block to name the row)."""
     offsets = _empty(rows + 1, np.int32)
     values = _empty(n_levels, dtype)
     size = values.itemsize

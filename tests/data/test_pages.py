@@ -1,7 +1,7 @@
-"""Our decoder of the shard format's Parquet pages (bigrate.data.pages) against pyarrow's
-decoding of the same files, its checks against the whole-block checks, and its bytes
-flipped: every outcome is the same rows, a DataError naming the file, or pyarrow's
-decoding of a layout it does not read, never a crash."""
+"""Our decoder of the shard format's Parquet pages (bigrate.data.pages) against
+pyarrow's decoding of the same files, its checks against the whole-block checks, and
+its bytes flipped: every outcome is the same rows, a DataError naming the file, or
+pyarrow's decoding of a layout it does not read, never a crash."""
 
 import shutil
 import subprocess
@@ -128,7 +128,7 @@ def test_other_layouts_are_left_to_pyarrow(tmp_path):
         _ours(path, 0)
 
 
-# -- the checks -------------------------------------------------------------------------
+# -- the checks ------------------------------------------------------------------
 def test_page_checks_agree_with_the_whole_block_check():
     """Chained over random page splits (rows crossing them, empty rows), the copy that
     checks gives the whole-block check's verdict on every kind of defect."""
@@ -264,7 +264,8 @@ for trial in range(150):
     try:
         for b in ds.iter_file(shard):
             X = b.X
-            assert X.indices.min(initial=0) >= 0 and X.indices.max(initial=0) < ds.n_features
+            assert X.indices.min(initial=0) >= 0
+            assert X.indices.max(initial=0) < ds.n_features
             assert np.isfinite(X.data).all() and X.indptr[-1] == X.indices.size
         outcomes["rows"] += 1
     except DataError as e:
@@ -282,7 +283,8 @@ def test_flipped_bytes_never_crash_the_decoder(clean, tmp_path):
     shutil.copytree(clean, d)
     _, f = _first_train_file(d)
     p = subprocess.run([sys.executable, "-c", FUZZ, str(d), str(d / f.path), "7"],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+                       cwd=REPO, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "'error'" in p.stdout
 
