@@ -20,6 +20,7 @@ the buffer before it is read.
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -78,6 +79,17 @@ def _read(f, start: int, size: int) -> memoryview:
     if got != size:
         raise Unsupported("file shorter than its column chunks")
     return view
+
+
+class _Chunk(NamedTuple):
+    """One column chunk of a row group, as the file's footer describes it."""
+
+    start: int  # its first page header, within the bytes read for the row group
+    length: int  # bytes, headers included
+    n_levels: int  # levels (values, with empty and null lists) in its pages
+    max_def: int
+    codec: pa.Codec | None
+    most: int  # bytes of all its pages decompressed: no page can be larger
 
 
 class Unsupported(Exception):
@@ -217,27 +229,26 @@ def _all_elements(page: np.ndarray, start: int, end: int, n: int, max_def: int) 
         return False
 
 
-def _pages(buf, start: int, length: int, n_levels: int, codec, most: int):
-    """(level count, decompressed bytes) of each data page of a column chunk whose
-    pages hold at most ``most`` bytes decompressed (the chunk's total, from the
-    footer: a corrupt header cannot make us allocate more)."""
-    pos, end = start, start + length
+def _pages(buf, c: _Chunk):
+    """(level count, decompressed bytes) of each data page of the column chunk ``c``
+    (a corrupt header cannot make us allocate more than the chunk's total)."""
+    pos, end = c.start, c.start + c.length
     k = 0
-    while k < n_levels:
+    while k < c.n_levels:
         _, usize, csize, nv, pos = _page_header(buf, pos)
         if (
-            not 0 < nv <= n_levels - k
+            not 0 < nv <= c.n_levels - k
             or not 0 <= csize <= end - pos
-            or not 0 <= usize <= most
+            or not 0 <= usize <= c.most
         ):
             raise Unsupported("page sizes")
         raw = buf[pos : pos + csize]
         pos += csize
-        if codec is None:
+        if c.codec is None:
             page = np.frombuffer(raw, np.uint8)
         else:
             try:
-                page = np.frombuffer(codec.decompress(raw, usize), np.uint8)
+                page = np.frombuffer(c.codec.decompress(raw, usize), np.uint8)
             except (pa.ArrowException, ValueError, OSError):
                 raise Unsupported("page does not decompress") from None
         if len(page) != usize:
@@ -248,12 +259,14 @@ def _pages(buf, start: int, length: int, n_levels: int, codec, most: int):
         raise Unsupported("column chunk length")
 
 
-def _required(buf, start, length, rows, dtype, codec, most) -> np.ndarray:
+def _required(buf, c: _Chunk, rows: int, dtype) -> np.ndarray:
     """The values of a required column of ``rows`` values (pages of PLAIN values)."""
+    if c.n_levels != rows:
+        raise Unsupported("column length")
     values = _empty(rows, dtype)
     out = values.view(np.uint8)
     filled = 0
-    for nv, page in _pages(buf, start, length, rows, codec, most):
+    for nv, page in _pages(buf, c):
         if len(page) != nv * values.itemsize:
             raise Unsupported("values' length")
         out[filled : filled + len(page)] = page
@@ -276,8 +289,7 @@ def _copy_values(src, out) -> bool:
     )  # fmt: skip
 
 
-def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most,
-                 n_features) -> tuple:  # fmt: skip
+def _list_column(buf, c: _Chunk, rows: int, dtype, n_features: int) -> tuple:
     """(row offsets, indices, each page's (level count, level bytes, element count),
     all indices valid) of the ``indices`` list column. A page whose levels are all
     elements (the common case) is read run by run from its repetition levels; others
@@ -285,16 +297,16 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most
     copied out (the result's last item is False when one is not valid: the caller then
     walks the block to name the row)."""
     offsets = _empty(rows + 1, np.int32)
-    values = _empty(n_levels, dtype)
+    values = _empty(c.n_levels, dtype)
     size = values.itemsize
     row = nnz = 0
     levels = []
     ok = True
-    for nv, page in _pages(buf, start, length, n_levels, codec, most):
+    for nv, page in _pages(buf, c):
         row0 = row
         r0, r1 = _section(page, 0)
         d0, d1 = _section(page, r1)
-        if _all_elements(page, d0, d1, nv, max_def):
+        if _all_elements(page, d0, d1, nv, c.max_def):
             row = K.dense_list_rows(page, r0, r1, nv, offsets, row, nnz)
             present = nv
         else:
@@ -302,10 +314,10 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most
             dfn = np.empty(nv, np.uint8)
             if (
                 K.expand_levels(page, r0, r1, 1, rep) < 0
-                or K.expand_levels(page, d0, d1, max_def.bit_length(), dfn) < 0
+                or K.expand_levels(page, d0, d1, c.max_def.bit_length(), dfn) < 0
             ):
                 raise Unsupported("levels")
-            row, after = K.list_rows(rep, dfn, max_def, offsets, row, nnz)
+            row, after = K.list_rows(rep, dfn, c.max_def, offsets, row, nnz)
             present = after - nnz
         if row < 0 or len(page) - d1 != present * size:
             raise Unsupported("levels or values' length")
@@ -319,29 +331,27 @@ def _list_column(buf, start, length, n_levels, max_def, rows, dtype, codec, most
     return offsets, values[:nnz], levels, ok
 
 
-def _sibling(buf, start, length, n_levels, levels, nnz, dtype, codec, most) -> tuple:
+def _sibling(buf, c: _Chunk, levels: list, nnz: int, dtype) -> tuple:
     """(elements, all finite) of the ``values`` list column, whose pages must carry the
     same levels, byte for byte, as ``levels`` (those of ``indices``): the same rows, so
-    only its values are read, each page checked right after its copy. Raises
+    only its values are read, each page checked as it is copied out. Raises
     :class:`Unsupported` otherwise (pyarrow then compares the rows)."""
     values = _empty(nnz, dtype)
-    out = values.view(np.uint8)
     filled = i = 0
     ok = True
-    for nv, page in _pages(buf, start, length, n_levels, codec, most):
+    for nv, page in _pages(buf, c):
         if i == len(levels) or levels[i][0] != nv:
             raise Unsupported("pages differ")
         _, lv, present = levels[i]
         m = len(lv)
-        lo = filled // values.itemsize
         if len(page) - m != present * values.itemsize or not np.array_equal(
             page[:m], lv
         ):
             raise Unsupported("levels differ")
-        ok &= _copy_values(page[m:].view(dtype), values[lo : lo + present])
-        filled += len(page) - m
+        ok &= _copy_values(page[m:].view(dtype), values[filled : filled + present])
+        filled += present
         i += 1
-    if i != len(levels) or filled != len(out):
+    if i != len(levels) or filled != nnz:
         raise Unsupported("levels differ")
     return values, ok
 
@@ -357,7 +367,7 @@ def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
     page as they were decoded; the labels' values are checked by the caller."""
     rg = metadata.row_group(g)
     rows = rg.num_rows
-    chunks = {}
+    found = {}
     for name, (i, max_def) in cols.items():
         c = rg.column(i)
         if c.has_dictionary_page or c.num_values < 0:
@@ -365,32 +375,21 @@ def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
         if c.compression not in _CODECS:
             raise Unsupported(f"codec {c.compression}")
         codec = _CODECS[c.compression]
-        chunks[name] = (c.data_page_offset, c.total_compressed_size, c.num_values,
-                        max_def, None if codec is None else pa.Codec(codec),
-                        c.total_uncompressed_size)  # fmt: skip
-    lo = min(s for s, *_ in chunks.values())
-    hi = max(s + n for s, n, *_ in chunks.values())
+        found[name] = (c.data_page_offset, c.total_compressed_size, c.num_values,
+                       max_def, None if codec is None else pa.Codec(codec),
+                       c.total_uncompressed_size)  # fmt: skip
+    lo = min(start for start, *_ in found.values())
+    hi = max(start + length for start, length, *_ in found.values())
     if lo < 0 or hi <= lo:
         raise Unsupported("column chunk offsets")
     lo -= lo % 4096  # reading from the page cache at an unaligned offset is 2x slower
     buf = _read(f, lo, hi - lo)
-
-    def at(name):
-        start, length, n_levels, max_def, codec, most = chunks[name]
-        return buf, start - lo, length, n_levels, max_def, codec, most
-
-    b, s, n, nl, _, codec, most = at("row_id")
-    row_id = _required(b, s, n, rows, np.int64, codec, most) if nl == rows else None
-    b, s, n, nl, _, codec, most = at("label")
-    labels = _required(b, s, n, rows, np.int32, codec, most) if nl == rows else None
-    if row_id is None or labels is None:
-        raise Unsupported("column length")
-    b, s, n, nl, max_def, codec, most = at("indices")
-    offsets, indices, levels, ok = _list_column(b, s, n, nl, max_def, rows, np.int32,
-                                                codec, most, n_features)  # fmt: skip
-    b, s, n, nl, _, codec, most = at("values")
-    values, finite = _sibling(b, s, n, nl, levels, len(indices), np.float32, codec,
-                              most)  # fmt: skip
+    ch = {name: _Chunk(start - lo, *rest) for name, (start, *rest) in found.items()}
+    row_id = _required(buf, ch["row_id"], rows, np.int64)
+    labels = _required(buf, ch["label"], rows, np.int32)
+    offsets, indices, levels, ok = _list_column(buf, ch["indices"], rows, np.int32,
+                                                n_features)  # fmt: skip
+    values, finite = _sibling(buf, ch["values"], levels, len(indices), np.float32)
     wide = (labels < -128) | (labels > 127)
     if wide.any():
         r = int(np.argmax(wide))

@@ -342,4 +342,26 @@ def test_a_page_larger_than_its_column_chunk_is_refused():
     buf = memoryview(header + bytes(4))
     assert pages._page_header(buf, 0)[1] == 2**30
     with pytest.raises(pages.Unsupported, match="page sizes"):
-        list(pages._pages(buf, 0, len(buf), 1, pa.Codec("lz4_raw"), 4096))
+        chunk = pages._Chunk(0, len(buf), 1, 0, pa.Codec("lz4_raw"), 4096)
+        list(pages._pages(buf, chunk))
+
+
+def test_a_label_outside_int8_is_named(clean, tmp_path):
+    """The label column is int32 in the file (int8 by annotation): a value that does
+    not fit int8, written into an uncompressed page, is a DataError naming the row,
+    not a value cast around to another label."""
+    d = tmp_path / "ds"
+    shutil.copytree(clean, d)
+    ds, f = _first_train_file(d)
+    victim = d / f.path
+    t = pq.read_table(victim)
+    _write(victim, t, compression="none", row_group=500)
+    md = pq.ParquetFile(victim).metadata
+    col = md.row_group(0).column(t.schema.get_field_index("label"))
+    data = bytearray(victim.read_bytes())
+    *_, at = pages._page_header(memoryview(bytes(data)), col.data_page_offset)
+    data[at + 4 * 3 : at + 4 * 4] = (300).to_bytes(4, "little")  # the 4th row's label
+    victim.write_bytes(bytes(data))
+    rid = t.column("row_id")[3].as_py()
+    with pytest.raises(DataError, match=rf"{f.path}: row_id {rid} has label 300"):
+        list(ShardedDataset(d).iter_batches("train", "pos"))
