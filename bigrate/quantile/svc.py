@@ -286,7 +286,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
 
         scal = np.array([0.0, m, 0.0, -1.0])
         S = (state, beta, g, w, s_l, mlist, mpos, np.zeros(n), np.full(n, -1.0), scal)
-        S += (sqn,)
+        S += (sqn, np.zeros((4, d)), np.zeros(n, np.int64))
         W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
         W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
         W += (np.zeros(n, np.int8), lo, hi, np.zeros(n))
@@ -661,7 +661,7 @@ def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
     follower resumes there. Returns True if tau moved."""
     from scipy.optimize import linprog
 
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
     indptr, indices, data, y, sw = Xt
     tau = float(scal[0])
     n, d = len(y), len(w)

@@ -762,3 +762,42 @@ def _same_classifiers_kept_or_anew(monkeypatch, svc, X, y):
         np.testing.assert_allclose(w1, w0, atol=1e-8)
         assert abs(b1 - b0) <= 1e-8
     assert max(kept.duality_gap_at(t) for t in kept.kinks_) <= 2e-11
+
+
+def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
+    """Between refreshes the kernel keeps, instead of recomputing: the error set's
+    sums of sw x by class (compensated, from which w and s_L are rebuilt reading only
+    the margin rows) and M's indices in increasing order (the beta records' order).
+    After every chunk of the path both equal what the sets give from scratch: the
+    sums within a rounding unit of an extended-precision sum (values and merged
+    weights not integers, so the sums round), the order exactly."""
+    import bigrate.quantile._kernels as K
+
+    rng = np.random.default_rng(5)
+    X, y = _one_hot_ties(n=900, seed=2)
+    X = X.multiply(rng.uniform(0.3, 3.0, X.shape[1])).tocsr()
+    X = sp.vstack([X, X[:200]]).tocsr()  # duplicates merge into weights of 2
+    y = np.r_[y, y[:200]]
+    run = K.dpf_run
+    checks = []
+
+    def checked(Xt, S, *args):
+        status = run(Xt, S, *args)
+        state, mlist, scal, lsum, msorted = S[0], S[5], S[9], S[11], S[12]
+        m = int(scal[1])
+        np.testing.assert_array_equal(msorted[:m], np.sort(mlist[:m]))
+        indptr, indices, data, yt, sw = Xt
+        A = sp.csr_matrix((data, indices, indptr)).astype(np.longdouble)
+        for c, cls in ((0, yt > 0), (2, yt < 0)):
+            rows = np.flatnonzero((state == K.L_SET) & cls)
+            exact = A[rows].T @ sw[rows].astype(np.longdouble)
+            scale = np.abs(A[rows]).T @ sw[rows] + 1.0
+            err = np.abs((lsum[c] + lsum[c + 1]) - exact) / scale
+            assert float(err.max()) <= 4e-16, float(err.max())
+        checks.append(len(rows))
+        return status
+
+    monkeypatch.setattr(K, "dpf_run", checked)
+    path = QuantilePathSVC(alpha=1e-2, refresh_every=60).fit(X, y)
+    assert len(checks) >= 4 and max(checks) > 50  # chunks with a populated L
+    assert path.diagnostics_["merged_rows"] >= 200
