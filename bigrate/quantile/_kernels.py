@@ -1159,10 +1159,6 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
             if pinned[k] != 0:
                 i = mlist[k]
                 dg[i] = y[i] * _dot_row(indptr, indices, data, i, u)
-    for c in range(nc):
-        i = clist[c]
-        if state[i] != M_SET:
-            dg[i] = y[i] * _dot_row(cptr, cind, cdat, c, u)
     step = 1.0 - tau
     rarg = 0.0
     for k in range(m):
@@ -1195,20 +1191,23 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
         if c < step or (c == step and cr > rarg):
             step = c
             rarg = cr
+    # the listed rows: the rate of each gradient and its step in one pass
     for ci in range(nc):
         i = clist[ci]
         s = state[i]
         if s == M_SET:
             continue
+        r = y[i] * _dot_row(cptr, cind, cdat, ci, u)
+        dg[i] = r
         c = np.inf
         cr = 0.0
         if s == L_SET:
-            if dg[i] > dtol:
-                c = 0.0 if g[i] > -gtol else -g[i] / dg[i]
-                cr = dg[i]
-        elif dg[i] < -dtol:
-            c = 0.0 if g[i] < gtol else g[i] / -dg[i]
-            cr = -dg[i]
+            if r > dtol:
+                c = 0.0 if g[i] > -gtol else -g[i] / r
+                cr = r
+        elif r < -dtol:
+            c = 0.0 if g[i] < gtol else g[i] / -r
+            cr = -r
         if c <= eps_tie and tau_left[i] == tau:
             # left M at this very tau a second time: no zero-length re-entry (a
             # degenerate cycle among tied rows). The first re-entry is allowed: where
@@ -1409,11 +1408,27 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             beta[i] += step * dbeta[i]
         for j in range(d):
             w[j] += step * u[j]
+        # the list's gradients advance, and the events within the tie tolerance are
+        # collected in the same pass (one pass over the list fewer a kink)
         nc = int(vs[V_NCAND])
+        lim = step + eps_tie
+        collect = new_tau < 1.0
+        ne = 0
+        if collect:
+            for k in range(m):
+                i = mlist[k]
+                if not (cand[i] > lim or (cand[i] - step) * crate[i] > vtol):
+                    sortbuf[ne] = i
+                    ne += 1
         for c in range(nc):
             i = clist[c]
             if state[i] != M_SET:
                 g[i] += step * dg[i]
+                if collect and not (
+                    cand[i] > lim or (cand[i] - step) * crate[i] > vtol
+                ):
+                    sortbuf[ne] = i
+                    ne += 1
         scal[0] = new_tau
         # 5. apply every event within the tie tolerance, in index order
         zero = step == 0.0
@@ -1430,21 +1445,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             kink_cptr[kc] = cnt[2]
             kink_bptr[kc] = cnt[1]
         c_used = cnt[2]
-        if new_tau < 1.0:
-            lim = step + eps_tie
-            ne = 0
-            for k in range(m):
-                i = mlist[k]
-                if not (cand[i] > lim or (cand[i] - step) * crate[i] > vtol):
-                    sortbuf[ne] = i
-                    ne += 1
-            for c in range(nc):
-                i = clist[c]
-                if state[i] == M_SET:
-                    continue
-                if not (cand[i] > lim or (cand[i] - step) * crate[i] > vtol):
-                    sortbuf[ne] = i
-                    ne += 1
+        if collect:
             ev = sortbuf[:ne]
             ev.sort()
             m_old = m
