@@ -116,8 +116,10 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         ||x_i|| r rules an example out). The list is rebuilt, from exact gradients,
         before a segment would leave the radius, so the events found are the same
         (the tests compare both on tied data); the radius is chosen from how far w
-        moved per kink so far. ``diagnostics_["scan_share"]`` is the share of a full
-        scan per kink that was read, rebuilds included.
+        moved per kink so far. Rebuilds read the rows near the list (a second list,
+        four radii wide) and every row only when w leaves that
+        (``diagnostics_["full_rebuilds"]``). ``diagnostics_["scan_share"]`` is the
+        share of a full scan per kink that was read, rebuilds included.
     progress : bool, default False
         Show progress (tau reached, kinks) on stderr.
 
@@ -303,7 +305,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "cidx": np.zeros(max(4 * n, 1024), np.int64),
             "cto": np.zeros(max(4 * n, 1024), np.int8),
         }
-        cnt = np.zeros(16, np.int64)
+        cnt = np.zeros(18, np.int64)
         diag = np.zeros(4)
         # kink 0: the initial solution, no changes
         bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
@@ -316,7 +318,8 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         V = (
             np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(d), np.zeros(n),
             np.sqrt(sqn), np.zeros(n + 1, np.int64), np.empty_like(Xt[1]),
-            np.empty_like(Xt[2]),
+            np.empty_like(Xt[2]), np.zeros(n, np.int64), np.zeros(n, np.int8),
+            np.zeros(d),
         )  # fmt: skip
         vs = np.zeros(K.V_NSLOTS)
         vs[K.V_MODE] = 1.0 if self.events == "candidates" else 0.0
@@ -417,12 +420,14 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "active_set_steps": int(cnt[8]),
             "primal_directions": int(cnt[9]),
             "rows_examined": int(cnt[10]),
-            "scan_share": float(cnt[10] + int(cnt[6]) * n) / max(1.0, float(nk) * n),
+            "rows_read_by_rebuilds": int(cnt[17]),
+            "scan_share": float(cnt[10] + cnt[17]) / max(1.0, float(nk) * n),
             "radius_exits": int(cnt[11]),
             "radius_regrowths": int(cnt[12]),
             "lsq_repairs": int(cnt[13]),
             "cd_repairs": int(cnt[14]),
             "drift_refreshes": int(cnt[15]),
+            "full_rebuilds": int(cnt[16]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
             "kink_storage_floats": int(cnt[1]),

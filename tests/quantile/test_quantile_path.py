@@ -454,7 +454,8 @@ def test_candidate_list_visits_exactly_the_kinks_of_a_full_scan_on_ties():
     while w stays within the list's radius) is exact: with a refresh after every
     kink (so both runs do the same arithmetic on the rows they read) it visits the
     same kinks, at the same tau to the last bit, with the same index changes, as the
-    scan of every row, on a set where events tie. And it reads far fewer rows."""
+    scan of every row, on a set where events tie, also where its rebuilds read only
+    the rows near the list (the middle list). And it reads far fewer rows."""
     X, y = _one_hot_ties()
     kw = dict(alpha=1e-2, refresh_every=1)
     a = QuantilePathSVC(events="candidates", **kw).fit(X, y)
@@ -469,6 +470,10 @@ def test_candidate_list_visits_exactly_the_kinks_of_a_full_scan_on_ties():
     np.testing.assert_array_equal(a._bstore, b._bstore)
     assert a.diagnostics_["radius_regrowths"] > 0  # the widening path was taken
     assert a.diagnostics_["rows_examined"] < 0.3 * b.diagnostics_["rows_examined"]
+    # most rebuilds chose from the middle list; the scan's are all full
+    rebuilds = a.diagnostics_["refreshes"] + a.diagnostics_["radius_regrowths"]
+    assert a.diagnostics_["full_rebuilds"] < 0.2 * rebuilds
+    assert b.diagnostics_["full_rebuilds"] == b.diagnostics_["refreshes"]
 
 
 @pytest.mark.parametrize("refresh_every", [3, 10, 30])
