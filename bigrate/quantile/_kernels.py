@@ -630,16 +630,16 @@ def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
 
 
 @njit(cache=True, nogil=True)
-def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf, Lspare):
+def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
     """min 1/2 a^T G a - b^T a with a_k >= 0 (kind 1), a_k <= h_k (kind 2), free
     (kind 0), for a positive definite G: a primal active set (Lawson-Hanson's, with
     two kinds of bound) whose every step is a solve with the Cholesky factor of the
     free part. L (m x m, lower) is the factor of G[free[:nf], free[:nf]], the kind-0
-    positions in any order; free is worked on, and L's first nf rows are left as
-    they were (rows appended go below them; before the first removal, which
-    rotates them, they are copied into Lspare and the work goes on there: most
-    kinks remove none, and copying the kept factor at every direction was 5% of the
-    a9a path). The bounded variables start pinned
+    positions in any order; free is worked on, and so are L's rows from nf on:
+    its first nf rows are left as they were, since only bounded variables are
+    released (appended below them) and pinned again (removed: the rotations touch
+    the rows after the one removed). So the path passes its kept factor itself
+    (copying it at every direction was 5% of the a9a path). The bounded variables start pinned
     at their bound; the most violated pinned one is released, and a released one
     that would cross its bound is stepped back to it and pinned again. The factor
     is updated: a release appends a row, a pin removes one (O(nf^2) each, where
@@ -656,7 +656,6 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf, Lspare):
         scale = max(scale, abs(b[k]))
     gtol = 1e-12 * max(scale, 1e-300)
     steps = 0
-    own = False  # L is the caller's until a removal
     while steps <= 3 * m + 20:
         for j in range(nf):
             v = b[free[j]]
@@ -684,12 +683,6 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf, Lspare):
             k = free[jmin]
             pin[k] = kind[k]
             x[k] = 0.0 if kind[k] == 1 else h[k]
-            if not own:
-                for r in range(nf):
-                    for c in range(r + 1):
-                        Lspare[r, c] = L[r, c]
-                L = Lspare
-                own = True
             _chol_remove(L, nf, jmin)
             for j in range(jmin + 1, nf):
                 free[j - 1] = free[j]
@@ -856,7 +849,7 @@ def _direction(
             )
             if nf >= 0:
                 solved, steps = _box_qp_from(
-                    Gc, b, m, kind, h, x, pin, 1e-10, F[6], free, nf, F[9]
+                    Gc, b, m, kind, h, x, pin, 1e-10, F[6], free, nf
                 )
         if not solved:
             route = 2
@@ -1329,12 +1322,12 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
          kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
          (the rate of the quantity that reaches its limit at cand)).
     F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c],
-         Lk[c, c], krows int64[c], kmeta int64[2], Lspare[c, c])
+         Lk[c, c], krows int64[c], kmeta int64[2])
         active-set work, the Gram matrix of M kept between kinks (gm: the row of
         each position, -1 at first; see :func:`_gram`), the Cholesky factor of
         its free part (krows: the row of each of its lines; kmeta = (lines, calls
-        since formed), zeros at first; see :func:`_kept_free_factor`) and the
-        box QP's copy of it (:func:`_box_qp_from`).
+        since formed), zeros at first; see :func:`_kept_free_factor`; the box QP
+        works below its lines, :func:`_box_qp_from`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
          cidx int64[C], cto int8[C], cnt int64[18], diag[4]) with cnt = (kinks,
          b_used, c_used, CG iterations, recoveries, zero steps, refreshes,

@@ -296,7 +296,6 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         cap = min(GRAM_MAX_M, d, n)
         F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
         F += (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
-        F += (np.zeros((cap, cap)),)
         cap_k = 1024
         bufs = {
             "kink_tau": np.zeros(cap_k),
