@@ -1185,7 +1185,7 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
             clist[nc] = i
             cflag[i] = 1
             nc += 1
-            _list_row(X, V, nc, i)
+            _list_row(X, V, nc, i, g[i])
     vs[V_NCAND] = nc
     vs[V_RADIUS] = radius
     vs[V_SINCE] = 0
@@ -1196,10 +1196,13 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _list_row(X, V, nc, i):
-    """Copy row i into the candidate list's compact rows as its entry nc - 1."""
+def _list_row(X, V, nc, i, gi):
+    """Row i, with its gradient gi, as the candidate list's entry nc - 1: its values
+    copied into the compact rows, gi into the list-order gradients."""
     indptr, indices, data = X[0], X[1], X[2]
-    cptr, cind, cdat = V[5], V[6], V[7]
+    cptr, cind, cdat, cg, cpos = V[5], V[6], V[7], V[11], V[15]
+    cg[nc - 1] = gi
+    cpos[i] = nc - 1
     q = cptr[nc - 1]
     for p in range(indptr[i], indptr[i + 1]):
         cind[q] = indices[p]
@@ -1218,6 +1221,7 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
     dg, cand, kind, crate = W[7], W[8], W[10], W[13]
     pinned = F[1]
     clist, cptr, cind, cdat = V[0], V[5], V[6], V[7]
+    cg, cdg, ccand, ccrate = V[11], V[12], V[13], V[14]
     eps_tie, rate_tol, gtol, dtol = tols3
     tau = scal[0]
     m = int(scal[1])
@@ -1270,15 +1274,16 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
         if s == M_SET:
             continue
         r = y[i] * _dot_row(cptr, cind, cdat, ci, u)
-        dg[i] = r
+        cdg[ci] = r
+        gi = cg[ci]
         c = np.inf
         cr = 0.0
         if s == L_SET:
             if r > dtol:
-                c = 0.0 if g[i] > -gtol else -g[i] / r
+                c = 0.0 if gi > -gtol else -gi / r
                 cr = r
         elif r < -dtol:
-            c = 0.0 if g[i] < gtol else g[i] / -r
+            c = 0.0 if gi < gtol else gi / -r
             cr = -r
         if c <= eps_tie and tau_left[i] == tau:
             # left M at this very tau a second time: no zero-length re-entry (a
@@ -1287,8 +1292,8 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3):
             # follows to send its gradient across its bound (one-hot rows merged
             # with weights: gap 0.26 on the next segment while it could not)
             c = np.inf
-        cand[i] = c
-        crate[i] = cr
+        ccand[ci] = c
+        ccrate[ci] = cr
         if c < step or (c == step and cr > rarg):
             step = c
             rarg = cr
@@ -1338,12 +1343,16 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
          rebuilds of the list, rows whose gradient rebuilds computed) and diag =
          (largest KKT drift on M, -, -, -).
     V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n], cptr int64[n+1],
-        cind[nnz], cdat[nnz], mid int64[n], mflag int8[n], w2[d]): the candidate
-        list (see :func:`_rebuild`), its flags, the w it was built at, work, the
-        rows' 2-norms, the listed rows' copy in list order (CSR, cptr[0] = 0), and
-        the middle list, its flags and the w of its full rebuild; vs[V_NSLOTS] its
-        scalars (V_* slots). Gradients of rows outside M and outside the list are
-        not kept current between rebuilds.
+        cind[nnz], cdat[nnz], mid int64[n], mflag int8[n], w2[d], cg[n], cdg[n],
+        ccand[n], ccrate[n], cpos int64[n]): the candidate list (see
+        :func:`_rebuild`), its flags, the w it was built at, work, the rows'
+        2-norms, the listed rows' copy in list order (CSR, cptr[0] = 0), the middle
+        list, its flags and the w of its full rebuild, and by list entry: the
+        gradient, its rate, the step to the entry's event and the rate there, and
+        each listed row's entry. vs[V_NSLOTS] holds the lists' scalars (V_*
+        slots). Between rebuilds the listed rows' gradients are those in cg (g has
+        them as of the last rebuild), and the gradients of rows outside M and the
+        list are not kept current.
     tols = (event tie tolerance in tau, CG relative tolerance, drift threshold on g_M,
             rate tolerance, refresh period in advances, CG max iterations per |M|,
             the largest d for dense directions (0: always CG), the largest |M| for
@@ -1362,6 +1371,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
     kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
     clist, cflag, wref, rat, xnorm = V[:5]
     mid, mflag = V[8], V[9]
+    cg, cdg, ccand, ccrate, cpos = V[11:16]
     eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor, dense_d, gram_m = tols[
         :8
     ]
@@ -1503,9 +1513,9 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         for c in range(nc):
             i = clist[c]
             if state[i] != M_SET:
-                g[i] += step * dg[i]
+                cg[c] += step * cdg[c]
                 if collect and not (
-                    cand[i] > lim or (cand[i] - step) * crate[i] > vtol
+                    ccand[c] > lim or (ccand[c] - step) * ccrate[c] > vtol
                 ):
                     sortbuf[ne] = i
                     ne += 1
@@ -1559,7 +1569,9 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                         clist[nc] = i
                         cflag[i] = 1
                         nc += 1
-                        _list_row(X, V, nc, i)
+                        _list_row(X, V, nc, i, g[i])
+                    else:
+                        cg[cpos[i]] = g[i]
                     if mflag[i] == 0:
                         nmid = int(vs[V_NMID])
                         mid[nmid] = i

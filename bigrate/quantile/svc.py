@@ -319,7 +319,8 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(d), np.zeros(n),
             np.sqrt(sqn), np.zeros(n + 1, np.int64), np.empty_like(Xt[1]),
             np.empty_like(Xt[2]), np.zeros(n, np.int64), np.zeros(n, np.int8),
-            np.zeros(d),
+            np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
+            np.zeros(n, np.int64),
         )  # fmt: skip
         vs = np.zeros(K.V_NSLOTS)
         vs[K.V_MODE] = 1.0 if self.events == "candidates" else 0.0
