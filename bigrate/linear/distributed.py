@@ -186,20 +186,27 @@ def _round_costs(timing: list, st: SGDState) -> dict:
     """Where a round's time goes, medians over this fit's rounds: the tasks' wall
     time seen by the driver, the slowest and the mean task (measured inside the task),
     the mean task's parts (reading + decoding + checking row groups, copying the drawn
-    rows, the SGD steps, the rest), what the driver waits beyond the slowest task (the
+    rows, the SGD steps, the rest: the median mean task split in the shares the parts
+    took over all rounds, so they add up to it), what the driver waits beyond the slowest task (the
     state and the task sent, scheduling, the results returned: communication and
     scheduling), the merge, and the bytes of the state sent to each worker and back."""
     if not timing:
         return {}
     t = np.array(timing, dtype=float)
+    # the median task split in the shares its parts took over all rounds: medians of
+    # the parts taken one by one need not add up to the median task (a round whose
+    # row groups were read and one that found them cached are both typical)
+    mean_task = float(np.median(t[:, 3]))
+    part_sums = t[:, 4 : 4 + len(_TASK_PARTS)].sum(axis=0)
+    shares = part_sums / part_sums.sum() if part_sums.sum() > 0 else part_sums
     return {
         "round_tasks_wall_s": float(np.median(t[:, 0])),
         "round_slowest_task_s": float(np.median(t[:, 2])),
-        "round_mean_task_s": float(np.median(t[:, 3])),
+        "round_mean_task_s": mean_task,
         "round_comm_sched_s": float(np.median(t[:, 0] - t[:, 2])),
         "round_merge_s": float(np.median(t[:, 1])),
         **{
-            f"round_task_{k}": float(np.median(t[:, 4 + j]))
+            f"round_task_{k}": float(mean_task * shares[j])
             for j, k in enumerate(_TASK_PARTS)
         },
         "state_bytes": int(st.w.nbytes + 3 * 8),
