@@ -5,6 +5,9 @@ on the workers, maps plain functions over argument tuples and gives results back
 - ``put(obj)``: send ``obj`` to the workers once; tasks receive the handle in its place.
 - ``map(fn, args_list, retries=)``: yield ``(index, result or TaskError)`` as tasks finish
   (a sweep records each and goes on).
+- ``map_dynamic(fn, next_task, in_flight=, retries=)``: the same for tasks made as
+  slots free up (``next_task()`` gives ``(key, args)`` or None), at most ``in_flight``
+  submitted and unfinished at once; ``map_guided`` builds batches of short tasks on it.
 - ``run(fn, args_list, retries=)``: every result, in order; the first failure raises
   :class:`TaskError` (a training round needs all of its tasks).
 - ``n_workers`` and ``worker_memory_limits()``: what a learner needs to plan its work.
@@ -18,8 +21,11 @@ from __future__ import annotations
 
 import socket
 import time
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
 
 DEFAULT_TIMEOUT = 30.0  # seconds to reach a cluster before giving up
 
@@ -115,38 +121,79 @@ class Engine(ABC):
     #: objects of handles nested in a batch
     resolve_in_batch: Callable | None = None
 
-    def map_batched(
+    def map_dynamic(
+        self,
+        fn: Callable,
+        next_task: Callable[[], tuple | None],
+        *,
+        in_flight: int,
+        retries: int = 3,
+    ) -> Iterator[tuple[object, object]]:
+        """Yield ``(key, result or TaskError)`` as tasks finish, where the tasks are
+        made as they can start: ``next_task()`` returns ``(key, args)`` for
+        ``fn(*args)``, or None once there are no more, and is called whenever fewer
+        than ``in_flight`` tasks are submitted and unfinished, after the results
+        finished so far were handed back (so it can size the next task by them).
+        Here: one task at a time, in this process."""
+        while (nxt := next_task()) is not None:
+            key, args = nxt
+            yield key, _call(fn, args)
+
+    def map_guided(
         self,
         fn: Callable,
         args_list: Sequence[tuple],
-        batch_size: int,
+        target_seconds: float,
         *,
         retries: int = 3,
+        sizes: list | None = None,
     ) -> Iterator[tuple[int, object]]:
-        """As :meth:`map`, with ``batch_size`` consecutive tasks run as one engine task
-        (to amortise the engine's per-task cost over short tasks). Results come back
-        per task, a batch's all at once when it finishes; a task that raises fails
-        alone, a batch whose worker is lost beyond ``retries`` fails each of its tasks."""
-        if batch_size <= 1:
-            yield from self.map(fn, args_list, retries=retries)
-            return
-        chunks = [
-            list(range(a, min(a + batch_size, len(args_list))))
-            for a in range(0, len(args_list), batch_size)
-        ]
-        batches = [
-            (fn, [args_list[i] for i in c], self.resolve_in_batch) for c in chunks
-        ]
-        for b, res in self.map(run_batch, batches, retries=retries):
-            for j, i in enumerate(chunks[b]):
+        """As :meth:`map`, with consecutive short tasks run together as one engine
+        task of about ``target_seconds`` of work, to amortise the engine's cost per
+        task (guided self-scheduling). The batches are sized as results come in: the
+        first ``2 x n_workers`` tasks go alone, each later batch holds
+        ``target_seconds`` over the median time of the last 64 tasks finished (timed
+        where they ran), but at most the tasks left over ``2 x n_workers``, so the
+        last batches shrink and the workers finish together. Two batches per worker
+        are kept submitted, so a worker starts its next one while this process
+        records the last one's results. Results come back per task, a batch's all at
+        once; a task that raises fails alone, a batch whose worker is lost beyond
+        ``retries`` fails each of its tasks. ``sizes``, if given, receives each
+        batch's size."""
+        workers = max(1, self.n_workers)
+        n = len(args_list)
+        nxt = [0]
+        seconds: list[float] = []
+
+        def next_batch():
+            a = nxt[0]
+            if a >= n:
+                return None
+            if len(seconds) == 0:
+                size = 1
+            else:
+                per = float(np.median(seconds[-64:]))
+                size = int(target_seconds // per) if per > 0 else n
+            size = max(1, min(size, -(-(n - a) // (2 * workers))))
+            nxt[0] = a + size
+            if sizes is not None:
+                sizes.append(size)
+            items = [args_list[i] for i in range(a, a + size)]
+            return range(a, a + size), (fn, items, self.resolve_in_batch)
+
+        for idx, res in self.map_dynamic(
+            run_batch, next_batch, in_flight=2 * workers, retries=retries
+        ):
+            for j, i in enumerate(idx):
                 if isinstance(res, TaskError):
                     yield i, res
+                    continue
+                r = res[j]
+                if _failed(r):
+                    yield i, TaskError(r["error"], r["tb"])
                 else:
-                    r = res[j]
-                    yield (
-                        i,
-                        (TaskError(r["error"], r["tb"]) if _failed(r) else r["value"]),
-                    )
+                    seconds.append(r["seconds"])
+                    yield i, r["value"]
 
     def run(
         self, fn: Callable, args_list: Sequence[tuple], *, retries: int = 3
@@ -174,17 +221,27 @@ def _failed(r: dict) -> bool:
     return "error" in r
 
 
+def _call(fn: Callable, args: tuple):
+    """``fn(*args)``, or the exception it raised as a :class:`TaskError`."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - recorded per task, the caller goes on
+        return TaskError(f"{type(e).__name__}: {e}", traceback.format_exc())
+
+
 def run_batch(fn: Callable, items: list[tuple], resolve: Callable | None) -> list[dict]:
     """One engine task running ``fn(*args)`` for every tuple of ``items``, in order:
-    ``{"value": result}`` or ``{"error": message, "tb": traceback}`` for each."""
-    import traceback
-
+    ``{"value": result, "seconds": its time}`` or ``{"error": message, "tb":
+    traceback}`` for each (run_batch travels to the workers by reference to this
+    module, which they import with its own imports)."""
     out = []
     for args in items:
         try:
             if resolve is not None:
                 args = tuple(resolve(a) for a in args)
-            out.append({"value": fn(*args)})
+            t = time.perf_counter()
+            value = fn(*args)
+            out.append({"value": value, "seconds": time.perf_counter() - t})
         except Exception as e:  # noqa: BLE001 - recorded per task, the batch goes on
             out.append(
                 {"error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}

@@ -192,6 +192,35 @@ class DaskEngine(Engine):
                 tb = "".join(traceback.format_exception(e))
                 yield i, TaskError(f"{type(e).__name__}: {e}", tb)
 
+    def map_dynamic(self, fn, next_task, *, in_flight: int, retries: int = 3):
+        """Yield (key, result or TaskError) as tasks finish, submitting the next ones
+        from ``next_task()`` as slots free up (see the engine interface)."""
+        from dask.distributed import as_completed
+
+        keys: dict = {}
+        running = as_completed()
+
+        def fill():
+            while len(keys) < in_flight:
+                nxt = next_task()
+                if nxt is None:
+                    return
+                key, args = nxt
+                fut = self.client.submit(fn, *args, pure=False, retries=0)
+                keys[fut.key] = key
+                running.add(fut)
+
+        fill()
+        for fut in running:
+            key = keys.pop(fut.key)
+            try:
+                res = fut.result()
+            except Exception as e:  # noqa: BLE001 - recorded per task
+                tb = "".join(traceback.format_exception(e))
+                res = TaskError(f"{type(e).__name__}: {e}", tb)
+            yield key, res
+            fill()
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import traceback
-
-from bigrate.engines.base import Engine, TaskError
+from bigrate.engines.base import Engine, _call
 
 
 class LocalEngine(Engine):
-    """Runs every task in this process, in order; ``put`` passes objects as they are."""
+    """Runs every task in this process, in order; ``put`` passes objects as they are
+    (``map_dynamic`` is the base class's: one task at a time, here)."""
 
     name = "local"
 
@@ -18,7 +17,4 @@ class LocalEngine(Engine):
 
     def map(self, fn, args_list, *, retries: int = 0):
         for i, args in enumerate(args_list):
-            try:
-                yield i, fn(*args)
-            except Exception as e:  # noqa: BLE001 - recorded per task, the sweep goes on
-                yield i, TaskError(f"{type(e).__name__}: {e}", traceback.format_exc())
+            yield i, _call(fn, args)

@@ -149,6 +149,33 @@ class RayEngine(Engine):
                     TaskError(f"{type(e).__name__}: {str(e)[:2000]}", str(e)),
                 )
 
+    def map_dynamic(self, fn, next_task, *, in_flight: int, retries: int = 3):
+        """Yield (key, result or TaskError) as tasks finish, submitting the next ones
+        from ``next_task()`` as slots free up (see the engine interface)."""
+        ray = self._ray
+        remote = ray.remote(max_retries=retries, retry_exceptions=False)(fn)
+        pending: dict = {}
+
+        def fill():
+            while len(pending) < in_flight:
+                nxt = next_task()
+                if nxt is None:
+                    return
+                key, args = nxt
+                pending[remote.remote(*args)] = key
+
+        fill()
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            key = pending.pop(ref)
+            try:
+                res = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - recorded per task
+                res = TaskError(f"{type(e).__name__}: {str(e)[:2000]}", str(e))
+            yield key, res
+            fill()
+
     def close(self) -> None:
         if self.started:
             self._ray.shutdown()

@@ -234,13 +234,12 @@ def run_sweep(
     ``after_task`` is called after each recorded task (e.g. to honour Ctrl-C).
 
     With ``batch_seconds`` > 0, on an engine with several workers, short tasks are
-    batched: a first wave of one task per worker measures a task's time, then tasks go
-    out in waves of batches of about ``batch_seconds`` of work (at least two batches per
-    worker in a wave, the estimate refreshed after every wave), so an engine's cost per
-    task (scheduling, transfer) is paid per batch; results are recorded as each batch
-    finishes. Off by default: on a 2-CPU machine with a local scheduler the waves' idle
-    ends cost more than they save (BENCHMARKS, job layer); it is meant for clusters
-    whose per-task latency is high.
+    batched (:meth:`~bigrate.engines.base.Engine.map_guided`): the first two tasks
+    of each worker go alone, later batches hold about ``batch_seconds`` of work by the
+    median task time so far, shrinking towards the end so that the workers finish
+    together, and two batches per worker stay submitted, so no worker waits for this
+    process while it records results; an engine's cost per task (scheduling,
+    transfer) is paid per batch. The batch sizes are logged (``sweep_batches``).
 
     With ``chains`` (lists of point indices, together covering every point), the
     unfinished points of one chain on one fold run as one engine task,
@@ -320,41 +319,23 @@ def run_sweep(
             left, k = units[i]
             for j, p in enumerate(left):
                 record(p, k, out if isinstance(out, Exception) else out[j])
-    else:
-        for wave, size in _waves(engine, todo, batch_seconds, store):
-            store.event("sweep_wave", tasks=len(wave), batch=size)
-            args = [task_args(p, k) for p, k in wave]
-            for i, res in engine.map_batched(task, args, size):
-                record(*wave[i], res)
+    elif todo:
+        args = [task_args(p, k) for p, k in todo]
+        workers = engine.n_workers
+        if batch_seconds > 0 and workers > 1 and len(todo) > 2 * workers:
+            store.event("sweep_wave", tasks=len(todo), batch="guided")
+            sizes: list = []
+            for i, res in engine.map_guided(task, args, batch_seconds, sizes=sizes):
+                record(*todo[i], res)
+            store.event("sweep_batches", sizes=sizes)
+        else:
+            store.event("sweep_wave", tasks=len(todo), batch=1)
+            for i, res in engine.map(task, args):
+                record(*todo[i], res)
     if todo:
         store.write_results_table()
     bar.close()
     return summarise(store.results(), points, n_folds)
-
-
-def _waves(engine, todo: list, batch_seconds: float, store):
-    """(tasks, batch size) waves covering ``todo``; see :func:`run_sweep`. The batch
-    size comes from the median time of the tasks recorded in the previous wave."""
-    workers = engine.n_workers
-    if workers <= 1 or batch_seconds <= 0 or len(todo) <= 2 * workers:
-        if todo:
-            yield todo, 1
-        return
-    rest = list(todo)
-    wave, rest = rest[:workers], rest[workers:]
-    yield wave, 1
-    while rest:
-        recs = store.results()
-        secs = [
-            recs[pk]["seconds"]
-            for pk in wave
-            if pk in recs and recs[pk].get("status") == "ok" and recs[pk].get("seconds")
-        ]
-        per_task = float(np.median(secs)) if secs else float("inf")
-        size = int(batch_seconds // per_task) if per_task > 0 else len(rest)
-        size = max(1, min(size, -(-len(rest) // (2 * workers))))
-        wave, rest = rest[: size * 2 * workers], rest[size * 2 * workers :]
-        yield wave, size
 
 
 def summarise(results: dict, points: Sequence[dict], n_folds: int) -> list[dict]:

@@ -1,6 +1,7 @@
-"""Checks of Engine.map_batched and the sweep's batching, run on real engines by the
-test modules that already start them (Dask: tests/linear/test_distributed.py, Ray:
-tests/runner/test_clusters.py) and on the local engine here."""
+"""Checks of Engine.map_dynamic, Engine.map_guided and the sweep's batching, run on
+real engines by the test modules that already start them (Dask:
+tests/linear/test_distributed.py, Ray: tests/runner/test_clusters.py) and on the local
+engine here."""
 
 import time
 
@@ -17,14 +18,47 @@ def scaled_sum(data, k):
     return float(np.sum(data) * k)
 
 
-def check_map_batched(eng):
+def check_map_dynamic(eng, in_flight=3):
+    """Tasks made as slots free up: never more than ``in_flight`` submitted and
+    unfinished, every key back once with its own result, a failing task failing
+    alone."""
+    data = eng.put(np.arange(10.0))
+    issued, yielded = [], []
+
+    def next_task():
+        # called only while fewer than in_flight are out, the finished ones
+        # handed back first
+        assert len(issued) - len(yielded) < in_flight
+        if len(issued) == 8:
+            return None
+        k = len(issued)
+        issued.append(k)
+        return f"key{k}", (data, k)
+
+    got = {}
+    for key, res in eng.map_dynamic(scaled_sum, next_task, in_flight=in_flight):
+        yielded.append(key)
+        got[key] = res
+    assert sorted(got) == sorted(f"key{k}" for k in range(8)) and len(yielded) == 8
+    for k in range(8):
+        r = got[f"key{k}"]
+        if k == 3:
+            assert isinstance(r, TaskError) and "task 3 fails" in str(r)
+            assert "ValueError" in r.tb
+        else:
+            assert r == 45.0 * k
+
+
+def check_map_guided(eng):
     """Every task's own result (a handle nested in a batch resolved), a failing task
-    failing alone, whatever the batch size."""
+    failing alone, whatever the batches; the first task of each worker goes alone."""
     data = eng.put(np.arange(10.0))
     args = [(data, k) for k in range(7)]
-    for size in (1, 3, 7, 20):
-        got = dict(eng.map_batched(scaled_sum, args, size))
-        assert sorted(got) == list(range(7))
+    for target in (0.0, 1e-3, 10.0):
+        sizes: list = []
+        got = dict(eng.map_guided(scaled_sum, args, target, sizes=sizes))
+        assert sorted(got) == list(range(7)) and sum(sizes) == 7
+        assert sizes[0] == 1
         for k in range(7):
             if k == 3:
                 assert isinstance(got[k], TaskError) and "task 3 fails" in str(got[k])
@@ -40,14 +74,21 @@ def short_task(k):
 
 
 def check_sweep_batches_short_tasks(eng):
-    """40 tasks of 20 ms on a multi-worker engine: after a probe wave they go out in
-    batches (about 1 s of work each, at least two a worker), every task recorded."""
+    """40 tasks of 20 ms on a multi-worker engine: the first task of each of two slots
+    per worker alone, then batches of up to 1 s of work, shrinking so that no batch
+    holds more than the tasks left over twice the workers; every task recorded."""
     store = MemoryStore()
     points = [{"k": k} for k in range(20)]
     table = run_sweep(eng, store, points, 2, short_task, lambda p, f: (p,),
                       progress=False, batch_seconds=1.0)  # fmt: skip
     assert len(store.results()) == 40 and all(r["n_ok"] == 2 for r in table)
-    waves = [e for e in store.log if e["event"] == "sweep_wave"]
-    assert waves[0]["batch"] == 1 and waves[0]["tasks"] == eng.n_workers
-    assert max(w["batch"] for w in waves) > 1
-    assert sum(w["tasks"] for w in waves) == 40
+    (wave,) = [e for e in store.log if e["event"] == "sweep_wave"]
+    assert wave["batch"] == "guided" and wave["tasks"] == 40
+    (batches,) = [e for e in store.log if e["event"] == "sweep_batches"]
+    sizes, w = batches["sizes"], eng.n_workers
+    assert sum(sizes) == 40 and max(sizes) > 1
+    assert sizes[: 2 * w] == [1] * (2 * w)
+    left = 40 - 2 * w
+    for s in sizes[2 * w :]:  # ~20 ms tasks: the cap is the tasks left, not 1 s
+        assert s == -(-left // (2 * w)), sizes
+        left -= s

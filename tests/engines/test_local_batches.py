@@ -3,11 +3,12 @@ import numpy as np
 from bigrate.engines.local import LocalEngine
 from bigrate.model_selection.sweep import run_sweep
 from bigrate.rundir import MemoryStore
-from tests.engines.batching import check_map_batched, short_task
+from tests.engines.batching import check_map_dynamic, check_map_guided, short_task
 
 
-def test_local_engine_map_batched():
-    check_map_batched(LocalEngine())
+def test_local_engine_map_dynamic_and_guided():
+    check_map_dynamic(LocalEngine(), in_flight=1)
+    check_map_guided(LocalEngine())
 
 
 def test_one_worker_does_not_batch():
@@ -16,6 +17,7 @@ def test_one_worker_does_not_batch():
               lambda p, f: (p,), progress=False, batch_seconds=1.0)  # fmt: skip
     waves = [e for e in store.log if e["event"] == "sweep_wave"]
     assert waves == [dict(waves[0], tasks=6, batch=1)]
+    assert not [e for e in store.log if e["event"] == "sweep_batches"]
 
 
 def test_a_record_saved_without_its_event_gets_it_on_resume(tmp_path):

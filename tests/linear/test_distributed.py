@@ -249,13 +249,15 @@ def test_local_engine_runs_the_same_rounds_as_a_one_worker_cluster(dataset):
     assert local.engine_["name"] == "local" and one.engine_["name"] == "dask"
 
 
-def test_dask_map_batched_and_sweep_batches(dask_engine):
+def test_dask_map_dynamic_guided_and_sweep_batches(dask_engine):
     from tests.engines.batching import (
-        check_map_batched,
+        check_map_dynamic,
+        check_map_guided,
         check_sweep_batches_short_tasks,
     )
 
-    check_map_batched(dask_engine)
+    check_map_dynamic(dask_engine)
+    check_map_guided(dask_engine)
     check_sweep_batches_short_tasks(dask_engine)
 
 

@@ -244,11 +244,13 @@ def test_embedded_ray_binds_loopback_and_maps():
         errs = dict(eng.map(_boom, [(1,)]))
         assert "ZeroDivisionError" in str(errs[0])
         from tests.engines.batching import (
-            check_map_batched,
+            check_map_dynamic,
+            check_map_guided,
             check_sweep_batches_short_tasks,
         )
 
-        check_map_batched(eng)
+        check_map_dynamic(eng)
+        check_map_guided(eng)
         check_sweep_batches_short_tasks(eng)
 
 
