@@ -261,6 +261,19 @@ def test_dask_map_dynamic_guided_and_sweep_batches(dask_engine):
     check_sweep_batches_short_tasks(dask_engine)
 
 
+def _malloc_trim_threshold():
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def test_embedded_dask_workers_keep_glibcs_own_trimming(dask_engine):
+    """The embedded cluster's workers do not get Dask's MALLOC_TRIM_THRESHOLD_ of 64
+    KiB (every short fit page-faulted its arrays' memory afresh under it); the OS
+    environment still decides, as for any process."""
+    got = dask_engine.client.run(_malloc_trim_threshold)
+    assert len(got) == 2
+    assert set(got.values()) == {os.environ.get("MALLOC_TRIM_THRESHOLD_")}
+
+
 def test_shared_folds_are_sent_once_on_dask(dask_engine):
     """On a cluster the sweep's fold rows are handles to data already on the workers,
     the same for every task of the fold, and tasks receive the arrays themselves."""
