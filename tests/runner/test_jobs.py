@@ -176,6 +176,12 @@ def test_driver_sigkill_mid_sweep_then_resume(tmp_path, synth):
     )
     done = [(e["point"], e["fold"]) for e in events if e["event"] == "task_done"]
     assert len(done) == len(set(done)) == 18  # every grid point exactly once
+    # the train split read and its folds put on the engine before each sweep starts
+    loaded = [k for k, e in enumerate(events) if e["event"] == "data_loaded"]
+    started = [k for k, e in enumerate(events) if e["event"] == "sweep_started"]
+    assert len(loaded) == len(started) >= 1
+    assert all(a < b for a, b in zip(loaded, started))
+    assert all(events[k]["seconds"] >= 0 for k in loaded)
     assert "sweep: best point" in p.stdout
     again = run_cli("resume", run, check=True)
     assert "already complete" in again.stderr
