@@ -22,7 +22,8 @@ together as a :class:`JobSpecError`.
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
     select = "J_val"               # J_val (NP) | accepted (q-value)
-    batch_seconds = 0              # > 0: short fits batched into engine tasks of ~that
+    batch_seconds = 1              # short fits batched into engine tasks of ~that
+                                   # many seconds (guided; 0 turns batching off)
     warm_start = false             # true: points differing only in C run as one task
                                    # per fold, each fit warm-started from the previous
     [evaluate]                     # kind = "evaluate" only
@@ -99,7 +100,7 @@ class JobSpec:
     cv: int | str = "val"
     select: str = "J_val"
     seed: int = 0
-    batch_seconds: float = 0.0
+    batch_seconds: float = 1.0
     warm_start: bool = False
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
@@ -333,7 +334,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
                 problems.append(
                     'sweep.warm_start: needs k-fold cross-validation (cv = K), not "val"'
                 )
-        if not float(sweep.get("batch_seconds", 0.0)) >= 0:
+        if not float(sweep.get("batch_seconds", 1.0)) >= 0:
             problems.append(
                 f"sweep.batch_seconds: must be >= 0 (0 turns batching off), got "
                 f"{sweep.get('batch_seconds')}"
@@ -393,7 +394,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         cv=cv,
         select=select or "J_val",
         seed=sweep.get("seed", 0),
-        batch_seconds=float(sweep.get("batch_seconds", 0.0)),
+        batch_seconds=float(sweep.get("batch_seconds", 1.0)),
         warm_start=bool(sweep.get("warm_start", False)),
         model=model_dir,
         splits=list(splits),
