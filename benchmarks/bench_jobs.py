@@ -10,9 +10,11 @@ overhead: an NP training job through `bigrate run` vs calling the estimator dire
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
           (sequential), Dask (2 workers) and Ray (2 CPUs), with batching of short
           tasks ([sweep] batch_seconds = 1) and without (the default), for tasks of
-          5, 10 and 40 epochs (~25 ms, ~45 ms, ~150 ms); engine start-up and the
+          5, 10 and 40 epochs (~20 ms, ~35 ms, ~120 ms); engine start-up, the
           workers' warm-up (imports and compiled kernels, on every engine, the local
-          one included) reported separately.
+          one included) and the driver's reading of the train split and putting it
+          and the folds on the workers reported separately, with the whole job's
+          wall time.
 
     python benchmarks/bench_jobs.py --only sweep
 
@@ -67,6 +69,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--only", choices=["train", "sweep"])
     ap.add_argument("--repeats", type=int, default=3, help="runs of each sweep")
+    ap.add_argument("--alphas", type=int, default=6,
+                    help="grid values of alpha (x 2 losses x 3 folds = tasks)")  # fmt: skip
+    ap.add_argument("--epochs", default="5,10,40", help="task lengths, in epochs")
     a = ap.parse_args()
     out = Path(a.out)
     work = out / "jobs"
@@ -75,7 +80,8 @@ def main() -> None:
     if a.only != "sweep":
         _train(a, out, work, res)
     if a.only != "train":
-        _sweeps(out, work, res, a.repeats)
+        epoch_list = tuple(int(e) for e in a.epochs.split(","))
+        _sweeps(out, work, res, a.repeats, a.alphas, epoch_list)
     from bigrate.files import atomic_write_text
 
     name = "jobs.json" if a.only is None else f"jobs_{a.only}.json"
@@ -151,11 +157,21 @@ dir = "{out}"
         print(engine, res[f"train_{engine}"], flush=True)
 
 
-def _sweeps(out: Path, work: Path, res: dict, repeats: int = 3) -> None:
+def _sweeps(
+    out: Path,
+    work: Path,
+    res: dict,
+    repeats: int = 3,
+    n_alpha: int = 6,
+    epoch_list=(5, 10, 40),
+) -> None:
     from datetime import datetime
 
     from bigrate.data.prep import run_recipe
 
+    # 6 alphas: 1e-6 .. 1e-1 (12 points x 3 folds = 36 tasks); more: a longer sweep
+    alphas = json.dumps([float(a) for a in np.logspace(-6, -1, n_alpha)])
+    n_tasks = 2 * n_alpha * 3
     a9a = work / "a9a"
     if not (a9a / "manifest.json").exists():
         run_recipe("a9a", a9a, progress=False)
@@ -169,7 +185,7 @@ path = "{data}"
 estimator = "NeymanPearsonSGD"
 params = {{ rho = 0.05, epochs = {epochs} }}
 [sweep]
-grid = {{ alpha = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1], loss = ["sigmoid", "ramp"] }}
+grid = {{ alpha = {alphas}, loss = ["sigmoid", "ramp"] }}
 cv = 3
 batch_seconds = {batch}
 [engine]
@@ -184,13 +200,13 @@ dir = "{out}"
     # every configuration `repeats` times, interleaved (this machine is shared: the
     # median of the repeats, not one run, is reported)
     for rep in range(repeats):
-        for epochs in (5, 10, 40):
+        for epochs in epoch_list:
             for engine, batch in configs:
                 key = f"sweep_{engine}_epochs{epochs}" + (
                     "_unbatched" if engine != "local" and batch == 0 else ""
                 )
                 body = sweep.format(data=a9a, engine=engine, out=work / "runs",
-                                    epochs=epochs, batch=batch)  # fmt: skip
+                                    epochs=epochs, batch=batch, alphas=alphas)  # fmt: skip
                 wall, run = _run(_job(work / f"{key}.toml", body))
                 ev = _events(run)
                 t0 = ev["sweep_started"]["time"]
@@ -198,11 +214,13 @@ dir = "{out}"
                 span = (
                     datetime.fromisoformat(t1) - datetime.fromisoformat(t0)
                 ).total_seconds()
-                waves = [
-                    json.loads(line)
-                    for line in (run / "events.jsonl").read_text().splitlines()
-                    if '"sweep_wave"' in line
-                ]
+                batches = ev.get("sweep_batches", {}).get("sizes", [1])
+                if "sweep_batches" not in ev:  # a run of the code before the change
+                    batches = [
+                        json.loads(line).get("batch")
+                        for line in (run / "events.jsonl").read_text().splitlines()
+                        if '"sweep_wave"' in line
+                    ]
                 task_s = [
                     json.loads(p.read_text())["seconds"]
                     for p in (run / "results").glob("*.json")
@@ -212,31 +230,41 @@ dir = "{out}"
                     "sweep_s": span,
                     "engine_startup_s": ev["engine_started"]["seconds"],
                     "worker_warm_up_s": ev.get("engine_warm", {}).get("seconds"),
+                    # before the change the sweep read its data in its first task
+                    "data_load_s": ev.get("data_loaded", {}).get("seconds", 0.0),
                     "bigrate_run_wall_s": wall,
-                    "batches": [w["batch"] for w in waves],
+                    "batches": batches,
                 }
                 runs.setdefault((epochs, key), []).append(one)
                 print(rep, key, one, flush=True)
     for (epochs, key), reps in runs.items():
         med = float(np.median([r["sweep_s"] for r in reps]))
         res[key] = {
-            "tasks": 36,
+            "tasks": n_tasks,
             "epochs": epochs,
             "repeats": len(reps),
             "sweep_s_each": [r["sweep_s"] for r in reps],
             "sweep_s": med,
-            "tasks_per_s": 36 / med,
+            "tasks_per_s": n_tasks / med,
+            # the sweep with the driver's reading and putting of the data in it
+            "tasks_per_s_with_data_load": n_tasks
+            / float(np.median([r["sweep_s"] + r["data_load_s"] for r in reps])),
             **{
                 k: float(np.median([r[k] for r in reps]))
-                for k in ("median_task_s", "engine_startup_s", "worker_warm_up_s")
+                for k in ("median_task_s", "engine_startup_s", "worker_warm_up_s",
+                          "data_load_s", "bigrate_run_wall_s")
             },  # fmt: skip
             "batches": reps[-1]["batches"],
         }
-    for epochs in (5, 10, 40):
-        local = res[f"sweep_local_epochs{epochs}"]["tasks_per_s"]
+    for epochs in epoch_list:
+        local = res[f"sweep_local_epochs{epochs}"]
         for k, v in res.items():
             if k.startswith("sweep_") and v["epochs"] == epochs:
-                v["throughput_vs_local"] = v["tasks_per_s"] / local
+                v["throughput_vs_local"] = v["tasks_per_s"] / local["tasks_per_s"]
+                v["throughput_vs_local_with_data_load"] = (
+                    v["tasks_per_s_with_data_load"]
+                    / local["tasks_per_s_with_data_load"]
+                )
 
 
 if __name__ == "__main__":
