@@ -69,8 +69,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--only", choices=["train", "sweep"])
     ap.add_argument("--repeats", type=int, default=3, help="runs of each sweep")
-    ap.add_argument("--alphas", type=int, default=6,
-                    help="grid values of alpha (x 2 losses x 3 folds = tasks)")  # fmt: skip
+    ap.add_argument(
+        "--alphas",
+        type=int,
+        default=6,
+        help="alphas in the grid (x 2 losses x 3 folds)",
+    )
     ap.add_argument("--epochs", default="5,10,40", help="task lengths, in epochs")
     a = ap.parse_args()
     out = Path(a.out)
@@ -251,8 +255,13 @@ dir = "{out}"
             / float(np.median([r["sweep_s"] + r["data_load_s"] for r in reps])),
             **{
                 k: float(np.median([r[k] for r in reps]))
-                for k in ("median_task_s", "engine_startup_s", "worker_warm_up_s",
-                          "data_load_s", "bigrate_run_wall_s")
+                for k in (
+                    "median_task_s",
+                    "engine_startup_s",
+                    "worker_warm_up_s",
+                    "data_load_s",
+                    "bigrate_run_wall_s",
+                )
             },  # fmt: skip
             "batches": reps[-1]["batches"],
         }

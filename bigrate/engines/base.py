@@ -221,6 +221,19 @@ def _failed(r: dict) -> bool:
     return "error" in r
 
 
+def submit_while_free(
+    pending: dict, in_flight: int, next_task: Callable, submit: Callable
+) -> None:
+    """The engines' ``map_dynamic`` step: while fewer than ``in_flight`` tasks are
+    ``pending`` (handle -> key), submit the next one, ``submit(args) -> handle``."""
+    while len(pending) < in_flight:
+        nxt = next_task()
+        if nxt is None:
+            return
+        key, args = nxt
+        pending[submit(args)] = key
+
+
 def _call(fn: Callable, args: tuple):
     """``fn(*args)``, or the exception it raised as a :class:`TaskError`."""
     try:

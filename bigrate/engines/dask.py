@@ -20,6 +20,7 @@ from bigrate.engines.base import (
     Engine,
     EngineConnectError,
     TaskError,
+    submit_while_free,
     wait_reachable,
 )
 
@@ -207,29 +208,24 @@ class DaskEngine(Engine):
         from ``next_task()`` as slots free up (see the engine interface)."""
         from dask.distributed import as_completed
 
-        keys: dict = {}
+        pending: dict = {}
         running = as_completed()
 
-        def fill():
-            while len(keys) < in_flight:
-                nxt = next_task()
-                if nxt is None:
-                    return
-                key, args = nxt
-                fut = self.client.submit(fn, *args, pure=False, retries=0)
-                keys[fut.key] = key
-                running.add(fut)
+        def submit(args):
+            fut = self.client.submit(fn, *args, pure=False, retries=0)
+            running.add(fut)
+            return fut.key
 
-        fill()
+        submit_while_free(pending, in_flight, next_task, submit)
         for fut in running:
-            key = keys.pop(fut.key)
+            key = pending.pop(fut.key)
             try:
                 res = fut.result()
             except Exception as e:  # noqa: BLE001 - recorded per task
                 tb = "".join(traceback.format_exception(e))
                 res = TaskError(f"{type(e).__name__}: {e}", tb)
             yield key, res
-            fill()
+            submit_while_free(pending, in_flight, next_task, submit)
 
     def close(self) -> None:
         self.client.close()

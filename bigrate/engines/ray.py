@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import os
 
-from bigrate.engines.base import DEFAULT_TIMEOUT, Engine, TaskError, wait_reachable
+from bigrate.engines.base import (
+    DEFAULT_TIMEOUT,
+    Engine,
+    TaskError,
+    submit_while_free,
+    wait_reachable,
+)
 
 
 def _single_node_mode() -> None:
@@ -156,15 +162,10 @@ class RayEngine(Engine):
         remote = ray.remote(max_retries=retries, retry_exceptions=False)(fn)
         pending: dict = {}
 
-        def fill():
-            while len(pending) < in_flight:
-                nxt = next_task()
-                if nxt is None:
-                    return
-                key, args = nxt
-                pending[remote.remote(*args)] = key
+        def submit(args):
+            return remote.remote(*args)
 
-        fill()
+        submit_while_free(pending, in_flight, next_task, submit)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
@@ -174,7 +175,7 @@ class RayEngine(Engine):
             except Exception as e:  # noqa: BLE001 - recorded per task
                 res = TaskError(f"{type(e).__name__}: {str(e)[:2000]}", str(e))
             yield key, res
-            fill()
+            submit_while_free(pending, in_flight, next_task, submit)
 
     def close(self) -> None:
         if self.started:

@@ -187,9 +187,10 @@ def _round_costs(timing: list, st: SGDState) -> dict:
     time seen by the driver, the slowest and the mean task (measured inside the task),
     the mean task's parts (reading + decoding + checking row groups, copying the drawn
     rows, the SGD steps, the rest: the median mean task split in the shares the parts
-    took over all rounds, so they add up to it), what the driver waits beyond the slowest task (the
-    state and the task sent, scheduling, the results returned: communication and
-    scheduling), the merge, and the bytes of the state sent to each worker and back."""
+    took over all rounds, so they add up to it), what the driver waits beyond the
+    slowest task (the state and the task sent, scheduling, the results returned:
+    communication and scheduling), the merge, and the bytes of the state sent to each
+    worker and back."""
     if not timing:
         return {}
     t = np.array(timing, dtype=float)
