@@ -9,7 +9,7 @@ overhead: an NP training job through `bigrate run` vs calling the estimator dire
           reported separately.
 sweep:    throughput (tasks/s) of a 12-point x 3-fold sweep on a9a with the local engine
           (sequential), Dask (2 workers) and Ray (2 CPUs), with batching of short
-          tasks ([sweep] batch_seconds = 1) and without (the default), for tasks of
+          tasks ([sweep] batch_seconds = 1, the default) and without (0), for tasks of
           5, 10 and 40 epochs (~20 ms, ~35 ms, ~120 ms); engine start-up, the
           workers' warm-up (imports and compiled kernels, on every engine, the local
           one included) and the driver's reading of the train split and putting it
@@ -218,8 +218,9 @@ dir = "{out}"
                 span = (
                     datetime.fromisoformat(t1) - datetime.fromisoformat(t0)
                 ).total_seconds()
-                batches = ev.get("sweep_batches", {}).get("sizes", [1])
-                if "sweep_batches" not in ev:  # a run of the code before the change
+                if "sweep_batches" in ev:
+                    batches = ev["sweep_batches"]["sizes"]
+                else:  # one fit a task, or a run of the code before guided batches
                     batches = [
                         json.loads(line).get("batch")
                         for line in (run / "events.jsonl").read_text().splitlines()

@@ -245,8 +245,7 @@ def _call(fn: Callable, args: tuple):
 def run_batch(fn: Callable, items: list[tuple], resolve: Callable | None) -> list[dict]:
     """One engine task running ``fn(*args)`` for every tuple of ``items``, in order:
     ``{"value": result, "seconds": its time}`` or ``{"error": message, "tb":
-    traceback}`` for each (run_batch travels to the workers by reference to this
-    module, which they import with its own imports)."""
+    traceback}`` for each."""
     out = []
     for args in items:
         try:

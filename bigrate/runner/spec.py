@@ -83,6 +83,10 @@ class JobSpecError(ValueError):
         super().__init__(f"{path}: {len(problems)} problem(s) in the job file:\n{body}")
 
 
+# a sweep's default batches of short fits, seconds of work an engine task (0: off)
+BATCH_SECONDS = 1.0
+
+
 @dataclass
 class JobSpec:
     """A validated job (see the module docstring for the file format)."""
@@ -100,7 +104,7 @@ class JobSpec:
     cv: int | str = "val"
     select: str = "J_val"
     seed: int = 0
-    batch_seconds: float = 1.0
+    batch_seconds: float = BATCH_SECONDS
     warm_start: bool = False
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
@@ -334,7 +338,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
                 problems.append(
                     'sweep.warm_start: needs k-fold cross-validation (cv = K), not "val"'
                 )
-        if not float(sweep.get("batch_seconds", 1.0)) >= 0:
+        if not float(sweep.get("batch_seconds", BATCH_SECONDS)) >= 0:
             problems.append(
                 f"sweep.batch_seconds: must be >= 0 (0 turns batching off), got "
                 f"{sweep.get('batch_seconds')}"
@@ -394,7 +398,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         cv=cv,
         select=select or "J_val",
         seed=sweep.get("seed", 0),
-        batch_seconds=float(sweep.get("batch_seconds", 1.0)),
+        batch_seconds=float(sweep.get("batch_seconds", BATCH_SECONDS)),
         warm_start=bool(sweep.get("warm_start", False)),
         model=model_dir,
         splits=list(splits),
