@@ -19,6 +19,8 @@ from bigrate.engines.base import (
     DEFAULT_TIMEOUT,
     Engine,
     EngineConnectError,
+    Pinned,
+    Slot,
     TaskError,
     submit_while_free,
     wait_reachable,
@@ -227,7 +229,36 @@ class DaskEngine(Engine):
             yield key, res
             submit_while_free(pending, in_flight, next_task, submit)
 
+    def pinned(self) -> Pinned:
+        """Worker slots as Dask actors, one on each worker now connected (see
+        :class:`~bigrate.engines.base.Pinned`)."""
+        return _DaskPinned(self)
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+class _DaskPinned(Pinned):
+    kind = "actors"
+
+    def _open(self) -> list:
+        client = self.engine.client
+        futures = [
+            client.submit(Slot, None, actor=True, workers=[w], pure=False)
+            for w in self.engine.workers()
+        ]
+        self._futures = futures  # the actors live while their futures do
+        return [f.result() for f in futures]
+
+    def _submit(self, slot, fn, args):
+        return slot.run(fn, args)
+
+    def _result(self, handle):
+        return handle.result()
+
+    def _close_slots(self, slots) -> None:
+        futures, self._futures = getattr(self, "_futures", []), []
+        for f in futures:
+            f.release()

@@ -14,6 +14,8 @@ import os
 from bigrate.engines.base import (
     DEFAULT_TIMEOUT,
     Engine,
+    Pinned,
+    Slot,
     TaskError,
     submit_while_free,
     wait_reachable,
@@ -177,7 +179,40 @@ class RayEngine(Engine):
             yield key, res
             submit_while_free(pending, in_flight, next_task, submit)
 
+    def pinned(self) -> Pinned:
+        """Worker slots as Ray actors of one CPU each, one per CPU of the cluster,
+        spread over its nodes (see :class:`~bigrate.engines.base.Pinned`). They hold
+        their CPUs until the pool is closed."""
+        return _RayPinned(self)
+
     def close(self) -> None:
         if self.started:
             self._ray.shutdown()
             self.started = False
+
+
+class _RayPinned(Pinned):
+    kind = "actors"
+
+    def _open(self) -> list:
+        ray = self.engine._ray
+        actor = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
+            Slot
+        )
+        slots = [actor.remote(resolve_ref) for _ in range(self.engine.n_workers)]
+        try:  # every actor up (not waiting for CPUs another job holds)
+            ray.get([s.run.remote(int, ()) for s in slots], timeout=DEFAULT_TIMEOUT)
+        except Exception:
+            self._close_slots(slots)
+            raise
+        return slots
+
+    def _submit(self, slot, fn, args):
+        return slot.run.remote(fn, args)
+
+    def _result(self, handle):
+        return self.engine._ray.get(handle)
+
+    def _close_slots(self, slots) -> None:
+        for s in slots:
+            self.engine._ray.kill(s)

@@ -12,7 +12,9 @@ owns a share of both classes. Each round, every worker task starts from the glob
 (w, b, lambda, t), reads only its own row groups for this round straight from the dataset
 path (local or fsspec URL: data never travels through the driver), runs ``steps``
 class-balanced SGD steps and returns its state and false-alarm statistics; the driver
-merges the states (mean model, geometric mean of the multipliers).
+merges the states (mean model, geometric mean of the multipliers). Worker k's task runs
+in the same worker process every round (the engine's pinned pool: an actor on Dask and
+Ray), so the row groups it decoded in earlier rounds are still in that process's cache.
 
 Work is deterministic for a given seed and worker count: the row groups a worker reads in
 round r are the next slice of a per-(epoch, worker, class) seeded permutation, and each
@@ -374,11 +376,15 @@ def fit_distributed(
 
     last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
     timing: list = []  # a round's (tasks' wall, merge, slowest task, mean task) seconds
+    # worker k's task goes to the same worker process every round, so the row groups
+    # it decoded stay in that process's cache (with plain tasks, a task landing on
+    # the other worker re-read its row groups there), straight to it (actors)
+    pool = engine.pinned()
     try:
         while rnd < est.epochs * rounds_per_epoch:
             epoch, r = divmod(rnd, rounds_per_epoch)
             tr = time.perf_counter()
-            args = []
+            args, slots = [], []
             for k in range(n_w):
                 mine = round_units(
                     own_pos[k], epoch, k, 0, seed, r, per_round[0]
@@ -392,12 +398,13 @@ def fit_distributed(
                      est.batch_rows, plan.holdout, cache_mb, est.shuffle_block,
                      cached[k])
                 )  # fmt: skip
+                slots.append(k)
             if not args:
                 raise ValueError(
                     f"{ds.path}: no worker holds row groups of both classes"
                 )
             tw = time.perf_counter()
-            results = engine.run(sgd_round, args, retries=retries)
+            results = pool.run(sgd_round, args, slots=slots, retries=retries)
             tm = time.perf_counter()
             new = merge_states([res["state"] for res in results])
             round_stats = sum(res["stats"] for res in results)
@@ -435,6 +442,8 @@ def fit_distributed(
         if checkpoint is not None and rnd > last_ckpt_round:
             checkpoint(snapshot())  # the last finished round, for resume
         raise
+    finally:
+        pool.close()
     bar.close(f"lambda {st.lam:.4g}")
     est.finish_stream(plan, st, ds)
     est.fit_seconds_ = time.perf_counter() - t_start
@@ -443,6 +452,8 @@ def fit_distributed(
         "workers": n_w,
         "rounds": rnd,
         "steps_per_round": steps,
+        "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
+        "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
         **_round_costs(timing, st),
     }
     return est

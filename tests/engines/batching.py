@@ -92,3 +92,64 @@ def check_sweep_batches_short_tasks(eng):
     for s in sizes[2 * w :]:  # ~20 ms tasks: the cap is the tasks left, not 1 s
         assert s == -(-left // (2 * w)), sizes
         left -= s
+
+
+def pid_and_calls(k):
+    """This process's id and how many calls it has served (a per-process counter, as
+    a worker's row-group cache is per process), with ``k`` back."""
+    import os
+
+    _CALLS[os.getpid()] = _CALLS.get(os.getpid(), 0) + 1
+    if k == "boom":
+        raise ValueError("slot task fails")
+    return os.getpid(), _CALLS[os.getpid()], k
+
+
+_CALLS: dict = {}
+
+
+def check_pinned(eng, kind, kill=None, settle=None):
+    """Task i lands on slot i every call (the same process, whose per-process state
+    persists: its call counter grows by one a call), results come back in order, an
+    exception inside a task raises its TaskError without losing the slots. With
+    ``kill(pid)``: a slot's process killed between calls, the next calls still return
+    every result (the lost slot's task run again as a plain task, counted in
+    ``fallbacks``; then on the slots there are), and once the cluster is whole again
+    (``settle()``) and a second has passed, the pool has a slot on every worker."""
+    import pytest
+
+    n = eng.n_workers
+    with eng.pinned() as pool:
+        assert pool.kind == kind
+        first = pool.run(pid_and_calls, [(k,) for k in range(n)])
+        assert [r[2] for r in first] == list(range(n))
+        pids = [r[0] for r in first]
+        assert len(set(pids)) == n  # one process a slot
+        again = pool.run(pid_and_calls, [(k,) for k in range(n)], slots=range(n)[::-1])
+        assert [r[2] for r in again] == list(range(n))
+        assert [r[0] for r in again] == pids[::-1]
+        # each slot's process served one more call (with n slots, slot k twice)
+        assert [r[1] for r in again] == [c + 1 for c in [r[1] for r in first][::-1]]
+        with pytest.raises(TaskError, match="slot task fails") as e:
+            pool.run(pid_and_calls, [("boom",)])
+        assert "ValueError" in e.value.tb
+        assert [r[0] for r in pool.run(pid_and_calls, [(0,)])] == pids[:1]
+        assert pool.fallbacks == 0
+        if kill is None:
+            return
+        kill(pids[0])
+        out = pool.run(pid_and_calls, [(k,) for k in range(n)])
+        assert [r[2] for r in out] == list(range(n))
+        assert out[0][0] != pids[0] and pool.fallbacks == 1
+        # at once again: slots on the workers there are (perhaps fewer), or tasks
+        soon = pool.run(pid_and_calls, [(k,) for k in range(n)])
+        assert [r[2] for r in soon] == list(range(n))
+        if settle is not None:
+            settle()
+        time.sleep(1.1)
+        remade = pool.run(pid_and_calls, [(k,) for k in range(n)])
+        assert [r[2] for r in remade] == list(range(n))
+        assert len({r[0] for r in remade}) == n and pids[0] not in {
+            r[0] for r in remade
+        }
+        assert pool.kind == kind

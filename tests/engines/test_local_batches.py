@@ -3,12 +3,25 @@ import numpy as np
 from bigrate.engines.local import LocalEngine
 from bigrate.model_selection.sweep import run_sweep
 from bigrate.rundir import MemoryStore
-from tests.engines.batching import check_map_dynamic, check_map_guided, short_task
+from tests.engines.batching import (
+    check_map_dynamic,
+    check_map_guided,
+    check_pinned,
+    short_task,
+)
 
 
 def test_local_engine_map_dynamic_and_guided():
     check_map_dynamic(LocalEngine(), in_flight=1)
     check_map_guided(LocalEngine())
+
+
+def test_local_engine_pinned_pool_runs_in_this_process():
+    import os
+
+    check_pinned(LocalEngine(), "tasks")
+    with LocalEngine().pinned() as pool:
+        assert pool.run(os.getpid, [()]) == [os.getpid()]
 
 
 def test_one_worker_does_not_batch():

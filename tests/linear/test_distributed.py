@@ -3,6 +3,7 @@
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -161,6 +162,16 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
     assert c.pfa <= 0.07 and c.pnd < 0.6
     assert victim not in dask_engine.worker_pids().values()  # it really died
     dask_engine.client.wait_for_workers(2, timeout=60)  # the nanny restarts it
+    # the lost worker's round ran again as a plain task; tasks are pure functions of
+    # their arguments, so the model is the uninterrupted fit's, bit for bit
+    assert m.engine_["calls"] == "actors" and m.engine_["tasks_rerun"] >= 1
+    ref = fit_distributed(
+        NeymanPearsonSGD(rho=0.05, epochs=6, random_state=1), ds, dask_engine,
+        progress=False, rounds_per_epoch=8,
+    )  # fmt: skip
+    assert ref.engine_["tasks_rerun"] == 0
+    np.testing.assert_array_equal(m.coef_, ref.coef_)
+    assert m.multiplier_ == ref.multiplier_
 
 
 def test_existing_scheduler_address_and_fsspec_url(dask_engine, dataset):
@@ -184,8 +195,8 @@ def test_existing_scheduler_address_and_fsspec_url(dask_engine, dataset):
 
 
 class _Recording:
-    """A real engine whose ``run`` calls (arguments and results) are kept, so that a
-    test can replay the driver's merge of every round by hand."""
+    """A real engine whose pinned pool's ``run`` calls (arguments and results) are
+    kept, so that a test can replay the driver's merge of every round by hand."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -194,8 +205,19 @@ class _Recording:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def run(self, fn, args_list, *, retries=3):
-        out = self.engine.run(fn, args_list, retries=retries)
+    def pinned(self):
+        return _RecordingPool(self.engine.pinned(), self.rounds)
+
+
+class _RecordingPool:
+    def __init__(self, pool, rounds):
+        self.pool, self.rounds = pool, rounds
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+    def run(self, fn, args_list, **kw):
+        out = self.pool.run(fn, args_list, **kw)
         self.rounds.append((list(args_list), out))
         return out
 
@@ -259,6 +281,28 @@ def test_dask_map_dynamic_guided_and_sweep_batches(dask_engine):
     check_map_dynamic(dask_engine)
     check_map_guided(dask_engine)
     check_sweep_batches_short_tasks(dask_engine)
+
+
+def test_dask_pinned_pool_keeps_slots_and_survives_a_killed_worker(dask_engine):
+    from tests.engines.batching import check_pinned
+
+    def kill(pid):  # a worker of this test's cluster; its nanny starts another
+        assert pid in dask_engine.worker_pids().values()
+        os.kill(pid, signal.SIGKILL)
+
+    def settle():
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            try:  # a broadcast to a dying worker fails until it is removed
+                pids = dask_engine.worker_pids()
+            except OSError:
+                continue
+            if len(pids) == 2:
+                return
+
+    check_pinned(dask_engine, "actors", kill, settle)
 
 
 def _malloc_trim_threshold():

@@ -246,12 +246,19 @@ def test_embedded_ray_binds_loopback_and_maps():
         from tests.engines.batching import (
             check_map_dynamic,
             check_map_guided,
+            check_pinned,
             check_sweep_batches_short_tasks,
         )
 
         check_map_dynamic(eng)
         check_map_guided(eng)
         check_sweep_batches_short_tasks(eng)
+
+        def kill(pid):  # an actor process of this test's embedded runtime
+            assert pid in [p.pid for p in descendants(os.getpid())]
+            os.kill(pid, signal.SIGKILL)
+
+        check_pinned(eng, "actors", kill)
 
 
 def _square_sum(xs, k):
