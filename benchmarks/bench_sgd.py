@@ -3,7 +3,7 @@
     python benchmarks/bench_sgd.py speed    [--rows 804414]
     python benchmarks/bench_sgd.py pairs    (300,000 rows: one epoch vs the sklearn loss)
     python benchmarks/bench_sgd.py blockq   (rates with block-shuffled vs permuted rows)
-    python benchmarks/bench_sgd.py scale    [--rows 804414] [--repeats 3]
+    python benchmarks/bench_sgd.py scale    [--rows 804414] [--repeats 3] [--engine ray]
     python benchmarks/bench_sgd.py ooc      [--rows 4022070]
     python benchmarks/bench_sgd.py quality
     python benchmarks/bench_sgd.py qvalue
@@ -13,7 +13,7 @@ speed:   seconds per epoch in memory on RCV1-scale synthetic CSR, NeymanPearsonS
          scikit-learn SGDClassifier(loss="hinge", max_iter=1, tol=None) on the same matrix,
          and vs the floor: one numba pass of sum_k data[k] * w[indices[k]] per row.
 scale:   the same epochs on the shards with 2 Dask workers vs 1 (LocalCluster, 127.0.0.1;
-         one cluster at a time).
+         one cluster at a time; --engine ray: an embedded Ray runtime of 2 CPUs vs 1).
 ooc:     5x RCV1-scale shards (about 4M rows), 2 workers with memory_limit 1 GiB each:
          completes? throughput (steps/s) of the second epoch as a ratio to the
          in-memory run, the first epoch's apart, and where a round's time goes.
@@ -207,8 +207,8 @@ def bench_blockq(out: Path, seeds: int = 3) -> dict:
     return res
 
 
-def bench_scale(out: Path, rows: int, repeats: int = 3) -> dict:
-    """2 Dask workers vs 1 (median of ``repeats`` fits each, interleaved, one cluster
+def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") -> dict:
+    """2 Dask (or Ray) workers vs 1 (median of ``repeats`` fits each, interleaved, one cluster
     at a time), where a round's time goes (``engine_``: tasks, communication and
     scheduling, merge), and a model of the round at 8, 32 and 128 workers from those
     figures, with the merge and the state's serialisation measured here at those
@@ -216,13 +216,14 @@ def bench_scale(out: Path, rows: int, repeats: int = 3) -> dict:
     import pickle
 
     from bigrate import NeymanPearsonSGD, ShardedDataset
-    from bigrate.engines.dask import DaskEngine
+    from bigrate.engines import open_engine
     from bigrate.linear import fit_distributed
     from bigrate.linear.sgd import SGDState, merge_states
 
     path = _synth(out, rows)
     ds = ShardedDataset(path)
-    res = {"rows": rows, "cores": os.cpu_count(), "repeats": repeats}
+    res = {"rows": rows, "cores": os.cpu_count(), "repeats": repeats, "engine": engine}
+    kw = {"dashboard": False} if engine == "dask" else {}
     # One cluster at a time, as a user runs one: a second, idle cluster alive beside
     # the measured one (its worker, scheduler and nanny wake up to heartbeat and
     # monitor) takes CPU from a 2-worker fit that keeps both cores busy, and not from
@@ -234,7 +235,7 @@ def bench_scale(out: Path, rows: int, repeats: int = 3) -> dict:
     fits: dict = {1: [], 2: []}
     for _ in range(repeats):
         for n in (1, 2):
-            eng = DaskEngine(n_workers=n, dashboard=False)
+            eng = open_engine(engine, n_workers=n, **kw)
             try:
                 fit_distributed(
                     NeymanPearsonSGD(epochs=2, random_state=0), ds, eng, progress=False
@@ -304,7 +305,7 @@ def bench_scale(out: Path, rows: int, repeats: int = 3) -> dict:
     res["per_step_s"] = per_step
     res["driver_costs_by_workers"] = per_w
     res["model_by_workers"] = model
-    _save(out, "sgd_scale", res)
+    _save(out, "sgd_scale" if engine == "dask" else f"sgd_scale_{engine}", res)
     return res
 
 
@@ -551,6 +552,7 @@ def main() -> None:
     )
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3, help="scale: fits of each size")
+    ap.add_argument("--engine", choices=["dask", "ray"], default="dask", help="scale")
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--mokapot-python", help="python of a venv with mokapot installed")
     a = ap.parse_args()
@@ -567,7 +569,7 @@ def main() -> None:
         elif w == "blockq":
             bench_blockq(out)
         elif w == "scale":
-            bench_scale(out, a.rows or 804_414, a.repeats)
+            bench_scale(out, a.rows or 804_414, a.repeats, a.engine)
         elif w == "ooc":
             bench_ooc(out, a.rows or 5 * 804_414)
         elif w == "quality":

@@ -320,8 +320,8 @@ class Pinned:
         """What :meth:`_submit` started; raises if the slot's worker was lost."""
         raise NotImplementedError
 
-    def _close_slots(self, slots: list) -> None:
-        pass
+    def _close_slots(self, slots: list, lost: bool) -> None:
+        """Let go of ``slots`` (``lost``: a worker of theirs was lost)."""
 
     def run(
         self,
@@ -358,7 +358,7 @@ class Pinned:
             out[i] = r["value"]
         if lost:
             self.fallbacks += len(lost)
-            self._drop()  # made again on the workers there are, at the next call
+            self._drop(lost=True)  # made again on the workers there are, next call
             again = self.engine.run(fn, [args_list[i] for i in lost], retries=retries)
             for i, res in zip(lost, again, strict=True):
                 out[i] = res
@@ -372,7 +372,7 @@ class Pinned:
         slots, now = self._slots, time.monotonic()
         if slots is not None and (len(slots) >= self._size or now < self._retry_at):
             return slots
-        self._drop()
+        self._drop(lost=slots is not None)
         try:
             self._slots = self._open()
         except Exception:  # noqa: BLE001 - no actors here: plain tasks
@@ -384,10 +384,10 @@ class Pinned:
         self._retry_at = now + 1.0
         return self._slots
 
-    def _drop(self) -> None:
+    def _drop(self, lost: bool = False) -> None:
         slots, self._slots = self._slots or [], None
         try:
-            self._close_slots(slots)
+            self._close_slots(slots, lost)
         except Exception:  # noqa: BLE001 - slots of lost workers are gone already
             pass
 

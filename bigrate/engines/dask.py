@@ -258,7 +258,7 @@ class _DaskPinned(Pinned):
     def _result(self, handle):
         return handle.result()
 
-    def _close_slots(self, slots) -> None:
+    def _close_slots(self, slots, lost) -> None:
         futures, self._futures = getattr(self, "_futures", []), []
         for f in futures:
             f.release()

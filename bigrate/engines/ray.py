@@ -83,6 +83,7 @@ class RayEngine(Engine):
         import ray
 
         self._ray = ray
+        self._slots = None  # the pinned pools' actors, made on first use
         self.started = False
         if ray.is_initialized():
             self.started = False
@@ -180,12 +181,38 @@ class RayEngine(Engine):
             submit_while_free(pending, in_flight, next_task, submit)
 
     def pinned(self) -> Pinned:
-        """Worker slots as Ray actors of one CPU each, one per CPU of the cluster,
-        spread over its nodes (see :class:`~bigrate.engines.base.Pinned`). They hold
-        their CPUs until the pool is closed."""
+        """Worker slots as Ray actors, one per CPU of the cluster, spread over its
+        nodes (see :class:`~bigrate.engines.base.Pinned`). The actors are this
+        engine's, made at the first pinned call and kept until it closes, so a fit
+        after the first finds its actors started, its kernels loaded and its row
+        groups cached (starting an actor process costs ~2 s here); they reserve no
+        CPU (``num_cpus=0``: a CPU is used only while a call runs), so the engine's
+        other tasks are never held up by idle actors."""
         return _RayPinned(self)
 
+    def _actor_slots(self) -> list:
+        if self._slots is None:
+            ray = self._ray
+            actor = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD")
+            slots = [actor(Slot).remote(resolve_ref) for _ in range(self.n_workers)]
+            self._slots = slots
+            try:  # every actor up
+                ray.get([s.run.remote(int, ()) for s in slots], timeout=DEFAULT_TIMEOUT)
+            except Exception:
+                self._kill_actor_slots()
+                raise
+        return self._slots
+
+    def _kill_actor_slots(self) -> None:
+        slots, self._slots = self._slots or [], None
+        for s in slots:
+            try:
+                self._ray.kill(s)
+            except Exception:  # noqa: BLE001 - an actor already gone
+                pass
+
     def close(self) -> None:
+        self._kill_actor_slots()
         if self.started:
             self._ray.shutdown()
             self.started = False
@@ -195,17 +222,7 @@ class _RayPinned(Pinned):
     kind = "actors"
 
     def _open(self) -> list:
-        ray = self.engine._ray
-        actor = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(
-            Slot
-        )
-        slots = [actor.remote(resolve_ref) for _ in range(self.engine.n_workers)]
-        try:  # every actor up (not waiting for CPUs another job holds)
-            ray.get([s.run.remote(int, ()) for s in slots], timeout=DEFAULT_TIMEOUT)
-        except Exception:
-            self._close_slots(slots)
-            raise
-        return slots
+        return self.engine._actor_slots()
 
     def _submit(self, slot, fn, args):
         return slot.run.remote(fn, args)
@@ -213,6 +230,6 @@ class _RayPinned(Pinned):
     def _result(self, handle):
         return self.engine._ray.get(handle)
 
-    def _close_slots(self, slots) -> None:
-        for s in slots:
-            self.engine._ray.kill(s)
+    def _close_slots(self, slots, lost) -> None:
+        if lost:  # the others are made again with the lost one's replacement
+            self.engine._kill_actor_slots()

@@ -259,6 +259,17 @@ def test_embedded_ray_binds_loopback_and_maps():
             os.kill(pid, signal.SIGKILL)
 
         check_pinned(eng, "actors", kill)
+        # the actors are the engine's: a later pool (the next fit) finds them up,
+        # and they hold no CPU: plain tasks run beside them
+        from tests.engines.batching import pid_and_calls
+
+        with eng.pinned() as pool:
+            pids = [r[0] for r in pool.run(pid_and_calls, [(0,), (1,)])]
+        with eng.pinned() as pool:
+            assert [r[0] for r in pool.run(pid_and_calls, [(0,), (1,)])] == pids
+            ray = eng._ray
+            busy = [ray.remote(_square_sum).remote([1, 2], k) for k in range(2)]
+            assert ray.get(busy, timeout=60) == [5, 6]
 
 
 def _square_sum(xs, k):
