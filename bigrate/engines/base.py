@@ -291,12 +291,13 @@ class Pinned:
     round) serves the same slot's next task. On Dask and Ray a slot is an actor:
     calls go straight to its worker, without the scheduler's round trip a task pays
     (Dask: ~13 -> ~6 ms a round of two 378 KB states on this machine). A call whose
-    worker is lost is run again as an ordinary task (with ``retries``) and the slots
-    are made again on the workers there are at the next call, and once a second while
-    they are fewer than at first (``fallbacks`` counts such tasks); where no actor can
-    be made at first, the pool runs plain tasks (``kind``); an exception raised inside ``fn`` raises its :class:`TaskError`, as
-    :meth:`Engine.run` does. This base class (the local engine's) runs
-    :meth:`Engine.run`."""
+    worker is lost is run again as an ordinary task (with ``retries``, counted in
+    ``fallbacks``) and the slots are made again on the workers there are at the next
+    call, and again once the engine has more workers than slots while they are fewer
+    than at first (checked at most once a second); where no actor can be made at first,
+    the pool runs plain tasks (``kind``). An exception raised inside ``fn`` raises its
+    :class:`TaskError`, as :meth:`Engine.run` does. This base class (the local
+    engine's) runs :meth:`Engine.run`."""
 
     #: how calls reach the workers: "tasks" (ordinary engine tasks) or "actors"
     kind = "tasks"
@@ -366,12 +367,17 @@ class Pinned:
 
     def _ready(self) -> list:
         """The slots, made on first use, and made again after a lost worker: at the
-        next call, then at most once a second while there are fewer than at first (a
-        nanny's replacement worker not up yet). [] (plain tasks): none can be made
-        (at first: for the pool's life, ``kind`` says "tasks")."""
+        next call, then while there are fewer than at first (a nanny's replacement
+        worker not up yet) as soon as the engine has more workers than slots, looked
+        at once a second at most. [] (plain tasks): none can be made (at first: for
+        the pool's life, ``kind`` says "tasks")."""
         slots, now = self._slots, time.monotonic()
-        if slots is not None and (len(slots) >= self._size or now < self._retry_at):
-            return slots
+        if slots is not None:
+            if len(slots) >= self._size or now < self._retry_at:
+                return slots
+            self._retry_at = now + 1.0
+            if self.engine.n_workers <= len(slots):
+                return slots
         self._drop(lost=slots is not None)
         try:
             self._slots = self._open()
