@@ -309,6 +309,11 @@ class Pinned:
         self._size: int | None = None  # how many there were at first
         self._retry_at = 0.0
 
+    @property
+    def n_slots(self) -> int:
+        """Slots the pool has now (0 before the first call, and with plain tasks)."""
+        return len(self._slots or [])
+
     def _open(self) -> list:
         """One handle a worker slot (engines with actors); [] for plain tasks."""
         return []

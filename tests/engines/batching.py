@@ -120,8 +120,9 @@ def check_pinned(eng, kind, kill=None, settle=None):
 
     n = eng.n_workers
     with eng.pinned() as pool:
-        assert pool.kind == kind
+        assert pool.kind == kind and pool.n_slots == 0
         first = pool.run(pid_and_calls, [(k,) for k in range(n)])
+        assert pool.n_slots == (n if kind == "actors" else 0)
         assert [r[2] for r in first] == list(range(n))
         pids = [r[0] for r in first]
         assert len(set(pids)) == n  # one process a slot

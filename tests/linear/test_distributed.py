@@ -399,3 +399,33 @@ def test_a_round_reads_each_class_by_its_own_row_group_size(tmp_path):
         sum(u[0].cls == c for u in rec.rounds[0][0][0][1]) for c in ("pos", "neg")
     ]
     assert counts[0] > counts[1]  # 300 positives: row groups of 256 + 44, vs 256s
+
+
+def test_dask_pinned_pool_shrinks_with_the_cluster_and_grows_back():
+    """A worker retired (the cluster scaled down): its slot's task runs again as a
+    plain task, the pool then has one slot; once the cluster has two workers again,
+    the pool has a slot on each within a second."""
+    from bigrate.engines.dask import DaskEngine
+    from tests.engines.batching import pid_and_calls
+
+    with DaskEngine(n_workers=2, dashboard=False) as eng:
+        with eng.pinned() as pool:
+            pids = [r[0] for r in pool.run(pid_and_calls, [(0,), (1,)])]
+            assert pool.n_slots == 2
+            eng.cluster.scale(1)
+            eng.client.wait_for_workers(1)
+            deadline = time.monotonic() + 60
+            while eng.n_workers > 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            out = pool.run(pid_and_calls, [(0,), (1,)])
+            assert [r[2] for r in out] == [0, 1] and pool.fallbacks >= 1
+            one = pool.run(pid_and_calls, [(0,), (1,)])  # one slot: both there
+            assert pool.n_slots == 1
+            assert len({r[0] for r in one}) == 1 and one[0][0] in pids
+            eng.cluster.scale(2)
+            eng.client.wait_for_workers(2, timeout=60)
+            time.sleep(1.1)
+            both = pool.run(pid_and_calls, [(0,), (1,)])
+            assert pool.n_slots == 2 and len({r[0] for r in both}) == 2
+            assert pool.kind == "actors"
