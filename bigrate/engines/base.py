@@ -343,20 +343,22 @@ class Pinned:
             return self.engine.run(fn, args_list, retries=retries)
         slots = range(len(args_list)) if slots is None else slots
         n = len(self._slots)
-        handles = []
+        handles: list = []
         for k, args in zip(slots, args_list, strict=True):
             try:
                 handles.append(self._submit(self._slots[k % n], fn, args))
-            except Exception as e:  # noqa: BLE001 - a slot known lost: see below
-                handles.append(e)
+            except Exception:  # noqa: BLE001 - a slot known lost: run it elsewhere
+                handles.append(None)
         out: list = [None] * len(args_list)
         lost = []
         for i, h in enumerate(handles):
-            try:
-                if isinstance(h, Exception):
-                    raise h
-                (r,) = self._result(h)
-            except Exception:  # noqa: BLE001 - the worker is gone: run it elsewhere
+            r = None
+            if h is not None:
+                try:
+                    (r,) = self._result(h)
+                except Exception:  # noqa: BLE001 - the worker is gone: run it elsewhere
+                    pass
+            if r is None:
                 lost.append(i)
                 continue
             if _failed(r):

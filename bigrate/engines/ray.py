@@ -83,7 +83,7 @@ class RayEngine(Engine):
         import ray
 
         self._ray = ray
-        self._slots = None  # the pinned pools' actors, made on first use
+        self._actors = None  # the pinned pools' actors, made on first use
         self.started = False
         if ray.is_initialized():
             self.started = False
@@ -191,20 +191,20 @@ class RayEngine(Engine):
         return _RayPinned(self)
 
     def _actor_slots(self) -> list:
-        if self._slots is None:
+        if self._actors is None:
             ray = self._ray
             actor = ray.remote(num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD")
             slots = [actor(Slot).remote(resolve_ref) for _ in range(self.n_workers)]
-            self._slots = slots
+            self._actors = slots
             try:  # every actor up
                 ray.get([s.run.remote(int, ()) for s in slots], timeout=DEFAULT_TIMEOUT)
             except Exception:
                 self._kill_actor_slots()
                 raise
-        return self._slots
+        return self._actors
 
     def _kill_actor_slots(self) -> None:
-        slots, self._slots = self._slots or [], None
+        slots, self._actors = self._actors or [], None
         for s in slots:
             try:
                 self._ray.kill(s)
