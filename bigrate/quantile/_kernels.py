@@ -30,6 +30,12 @@ from bigrate.solvers.dual_cd import (
 # set codes
 R_SET, M_SET, L_SET = 0, 1, 2
 
+# the primal route's unbounded columns count as independent (a Cholesky factor of
+# their Gram matrix instead of an eigendecomposition of A_U A_U^T) while every
+# pivot is above this share of its diagonal: each column at least 1e-4 of its norm
+# away from the span of the others
+PRIMAL_REL_PIVOT = 1e-8
+
 # status codes of dpf_run
 DONE = 0  # tau reached 1
 CHUNK = 1  # max_kinks recorded in this call; call again
@@ -257,49 +263,81 @@ def _merge_sorted(msorted, m_old, ev, ne, state):
 
 
 @njit(cache=True, nogil=True)
-def _projected_row(X, i, sgn, P, out):
-    """out = sgn P^T x_i for a sparse row i, O(nnz_i f) with P of shape (d, f)."""
+def _project(X, R, v, c, s):
+    """v <- its part orthogonal to range(A_U), in place. R = (P, L, urow, usgn)
+    describes A_U: with urow non-empty its columns are usgn[q] x_{urow[q]} and L is
+    the Cholesky factor of their Gram matrix (full column rank), so the projection
+    is v - A_U (L L^T)^-1 A_U^T v, O(|U| nnz + |U|^2); otherwise P (d x f) is an
+    orthonormal basis of the complement and the projection P P^T v (no projection
+    at all when P is empty: there are no unbounded columns). c and s are scratch of
+    length >= |U|."""
     indptr, indices, data, y, sw = X
-    out[:] = 0.0
-    for q in range(indptr[i], indptr[i + 1]):
-        a = sgn * data[q]
-        row = P[indices[q]]
-        for k in range(len(out)):
-            out[k] += a * row[k]
+    P, L, urow, usgn = R
+    nu = len(urow)
+    if nu > 0:
+        for q in range(nu):
+            c[q] = usgn[q] * _dot_row(indptr, indices, data, urow[q], v)
+        _chol_apply(L, nu, c, s)
+        for q in range(nu):
+            _axpy_row(indptr, indices, data, urow[q], -usgn[q] * s[q], v)
+    elif P.shape[0] > 0:
+        d, f = P.shape
+        pv = np.zeros(f)
+        for j in range(d):
+            for k in range(f):
+                pv[k] += P[j, k] * v[j]
+        for j in range(d):
+            a = 0.0
+            for k in range(f):
+                a += P[j, k] * pv[k]
+            v[j] = a
 
 
 @njit(cache=True, nogil=True)
-def nnls(X, rows, sgn, p, P, t, tol, max_iter):
-    """Lawson-Hanson non-negative least squares  min ||P^T (C z - t)||  over z >= 0,
-    where column q of C is sgn[q] x_i for the sparse row i = rows[q] and P (d x f)
-    has orthonormal columns (the identity, or a basis of what is left once some
-    columns are projected out). C is never formed: the gradient C^T P r is one
-    sparse dot product per column, and only the passive columns are projected
-    (O(nnz f) each). On a9a's margin sets of ~4,600 bounded columns of which about
-    one enters, forming C and P^T C densely was 70% of a direction solve. The passive
-    set's columns stay linearly independent, so each step is a full-rank
-    least-squares solve of at most f columns. Returns (z, iterations)."""
+def _projected_row(X, R, i, sgn, out, c, s):
+    """out = the projection (:func:`_project`) of the column sgn x_i, applied twice:
+    the Cholesky form squares the conditioning of A_U, and a second application
+    removes what rounding left of range(A_U)."""
     indptr, indices, data, y, sw = X
-    d, f = P.shape
+    out[:] = 0.0
+    _axpy_row(indptr, indices, data, i, sgn, out)
+    _project(X, R, out, c, s)
+    if len(R[2]) > 0:
+        _project(X, R, out, c, s)
+
+
+@njit(cache=True, nogil=True)
+def nnls(X, rows, sgn, p, R, t, tol, max_iter):
+    """Lawson-Hanson non-negative least squares  min ||Pi (C z - t)||  over z >= 0,
+    where column q of C is sgn[q] x_i for the sparse row i = rows[q] and Pi is the
+    orthogonal projection described by R (:func:`_project`: onto the complement of
+    the unbounded columns' span, or the identity). C is never formed: the gradient
+    C^T Pi r is one sparse dot product per column, and only the passive columns are
+    projected. On a9a's margin sets of ~4,600 bounded columns of which about one
+    enters, forming C and P^T C densely was 70% of a direction solve. The passive
+    set's columns stay linearly independent, so each step is a full-rank
+    least-squares solve of at most d columns. Returns (z, iterations)."""
+    indptr, indices, data, y, sw = X
+    d = len(t)
+    nu = len(R[2])
+    c = np.empty(max(nu, 1))
+    s = np.empty(max(nu, 1))
     z = np.zeros(p)
     passive = np.zeros(p, np.bool_)
     banned = np.zeros(p, np.bool_)  # entered with a non-positive value (rounding)
     cols = np.zeros(p, np.int64)
-    tp = P.T @ t
-    res = tp.copy()  # tp - P^T C z
+    tp = t.copy()
+    _project(X, R, tp, c, s)
+    if nu > 0:
+        _project(X, R, tp, c, s)
+    res = tp.copy()  # Pi (t - C z)
     grad = np.zeros(p)
-    v = np.empty(d)
-    col = np.empty(f)
+    col = np.empty(d)
     it = 0
     while it < max_iter:
-        # grad = C^T P res: how much each column would reduce the residual
-        for j in range(d):
-            a = 0.0
-            for k in range(f):
-                a += P[j, k] * res[k]
-            v[j] = a
+        # grad = C^T Pi res (= C^T res: res is in the projection's range)
         for q in range(p):
-            grad[q] = sgn[q] * _dot_row(indptr, indices, data, rows[q], v)
+            grad[q] = sgn[q] * _dot_row(indptr, indices, data, rows[q], res)
         j, best = -1, tol
         for k in range(p):
             if not passive[k] and not banned[k] and grad[k] > best:
@@ -315,9 +353,9 @@ def nnls(X, rows, sgn, p, P, t, tol, max_iter):
                 if passive[k]:
                     cols[nc] = k
                     nc += 1
-            sub = np.empty((f, nc))
+            sub = np.empty((d, nc))
             for q in range(nc):
-                _projected_row(X, rows[cols[q]], sgn[cols[q]], P, col)
+                _projected_row(X, R, rows[cols[q]], sgn[cols[q]], col, c, s)
                 sub[:, q] = col
             sol = np.linalg.lstsq(sub, tp, -1.0)[0]
             if first:
@@ -352,10 +390,65 @@ def nnls(X, rows, sgn, p, P, t, tol, max_iter):
         res[:] = tp
         for k in range(p):
             if z[k] != 0.0:
-                _projected_row(X, rows[k], sgn[k], P, col)
-                for q in range(f):
+                _projected_row(X, R, rows[k], sgn[k], col, c, s)
+                for q in range(d):
                     res[q] -= z[k] * col[q]
     return z, it
+
+
+@njit(cache=True, nogil=True)
+def _column_factor(X, mlist, cols, nc, d, rel_pivot):
+    """The Cholesky factor L of the Gram matrix of the columns y_i x_i, i =
+    mlist[cols[q]], formed from the sparse rows: O(nc^2 nnz + nc^3 / 3), where the
+    d x d eigendecomposition of :func:`_row_space` costs ~0.9 ms at a9a's d = 124.
+    Returns (ok, L); ok is False where a pivot falls below rel_pivot times its
+    diagonal (the columns are numerically dependent)."""
+    indptr, indices, data, y, sw = X
+    G = np.empty((nc, nc))
+    tmp = np.zeros(d)
+    for a in range(nc):
+        i = mlist[cols[a]]
+        for p1 in range(indptr[i], indptr[i + 1]):
+            tmp[indices[p1]] = data[p1]
+        for b in range(a + 1):
+            j = mlist[cols[b]]
+            v = y[i] * y[j] * _dot_row(indptr, indices, data, j, tmp)
+            G[a, b] = v
+            G[b, a] = v
+        for p1 in range(indptr[i], indptr[i + 1]):
+            tmp[indices[p1]] = 0.0
+    L = np.zeros((nc, nc))
+    free = np.arange(nc)
+    for k in range(nc):
+        if not _chol_append(G, free, k, k, L, rel_pivot):
+            return False, L
+    return True, L
+
+
+@njit(cache=True, nogil=True)
+def _factor_lsq(X, R, t, out):
+    """The least-squares solution of min ||A_U a - t|| for independent columns (R as
+    in :func:`_project`, with the Cholesky factor of their Gram matrix): a = (L
+    L^T)^-1 A_U^T t, then two steps of iterative refinement with the residual
+    computed from the sparse rows (the normal equations square the conditioning;
+    each step shrinks the error by about eps cond(A_U)^2)."""
+    indptr, indices, data, y, sw = X
+    P, L, urow, usgn = R
+    nu = len(urow)
+    c = np.empty(nu)
+    s = np.empty(nu)
+    res = t.copy()
+    out[:nu] = 0.0
+    for step in range(3):
+        if step > 0:
+            res[:] = t
+            for q in range(nu):
+                _axpy_row(indptr, indices, data, urow[q], -usgn[q] * out[q], res)
+        for q in range(nu):
+            c[q] = usgn[q] * _dot_row(indptr, indices, data, urow[q], res)
+        _chol_apply(L, nu, c, s)
+        for q in range(nu):
+            out[q] += s[q]
 
 
 @njit(cache=True, nogil=True)
@@ -423,8 +516,9 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
     least-squares problem  min ||A a - s_L||  (a = d beta_M / d tau; a_k >= 0 where
     kind_k = 1, beta_k = 0; a_k <= h_k = -y_k s_k where kind_k = 2, beta_k = ub_k).
     Its residual, hence dw/dtau = kappa (A a - s_L), is unique even when a is not.
-    The unbounded columns U are projected out (eigenvectors of A_U A_U^T), the
-    bounded ones solved as a non-negative least squares on what remains
+    The unbounded columns U are projected out (through the Cholesky factor of their
+    Gram matrix where they are independent, :func:`_column_factor`, else the
+    eigenvectors of A_U A_U^T, :func:`_row_space`), the bounded ones solved as a non-negative least squares on what remains
     (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
     as |M| > rank. xnorm holds the rows' 2-norms. Returns the active-set steps: NNLS
@@ -464,16 +558,33 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
         if kind[bcol[q]] == 2 and hscale != 0.0:
             # t -= h y x, h = -hscale y sw
             _axpy_row(indptr, indices, data, i, hscale * sw[i], t)
+    # the unbounded columns' span: a Cholesky factor of their Gram matrix where they
+    # are independent (every primal direction of the whole a9a path), else the
+    # eigendecomposition of A_U A_U^T with its rank cut
+    urow = np.zeros(nu, np.int64)
+    usgn = np.zeros(nu)
+    for q in range(nu):
+        urow[q] = mlist[ucol[q]]
+        usgn[q] = y[urow[q]]
+    chol, L = False, np.zeros((0, 0))
+    if 0 < nu <= d:
+        chol, L = _column_factor(X, mlist, ucol, nu, d, PRIMAL_REL_PIVOT)
     first, V, lam = d, np.zeros((d, d)), np.zeros(0)
-    if nu > 0:
+    if nu > 0 and not chol:
         first, V, lam = _row_space(X, mlist, ucol, nu, d, rank_rtol)
+    none = np.zeros((0, 0))
+    if chol:
+        first = d - nu  # dimension of the complement of range(A_U)
+        R = (none, L, urow, usgn)
+    elif nu > 0:
+        R = (np.ascontiguousarray(V[:, :first]), L, urow[:0], usgn[:0])
+    else:
+        R = (none, L, urow, usgn)  # no unbounded columns: nothing to project out
     z = np.zeros(nb)
     it = 0
     if nb > 0 and first > 0:
-        # in coordinates of the orthogonal complement of range(A_U): d - r of them
-        P = np.ascontiguousarray(V[:, :first]) if nu > 0 else np.eye(d)
         tol = 1e-12 * max(scale, 1.0) * max(np.sqrt(np.sum(t**2)), 1e-300)
-        z, it = nnls(X, brow, bsgn, nb, P, t, tol, 10 * nb + 50)
+        z, it = nnls(X, brow, bsgn, nb, R, t, tol, 10 * nb + 50)
     # the unbounded multipliers: the minimum-norm fit of what the bounded ones leave
     rest = t.copy()
     for q in range(nb):
@@ -481,7 +592,10 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
             _axpy_row(indptr, indices, data, brow[q], -bsgn[q] * z[q], rest)
     if nu > 0:
         au = np.empty(nu)
-        _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
+        if chol:
+            _factor_lsq(X, R, rest, au)
+        else:
+            _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
         for q in range(nu):
             x[ucol[q]] = au[q]
     for q in range(nb):

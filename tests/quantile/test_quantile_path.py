@@ -161,8 +161,9 @@ def test_dense_and_cg_directions_give_the_same_certified_path():
 
 def test_nnls_and_box_qp_kernels_match_reference_solvers():
     """The direction's two dense solvers against scipy: Lawson-Hanson NNLS (over sparse
-    columns, optionally projected) against scipy.optimize.nnls, the Cholesky active
-    set against L-BFGS-B on random boxed QPs (free, lower-bounded and upper-bounded
+    columns, optionally projected out of a basis or of independent columns' span,
+    with their least-squares fit) against scipy.optimize.nnls and lstsq, the
+    Cholesky active set against L-BFGS-B on random boxed QPs (free, lower-bounded and upper-bounded
     variables mixed)."""
     from scipy.optimize import nnls as scipy_nnls
 
@@ -174,21 +175,50 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
         C = rng.standard_normal((d, p))
         C[rng.uniform(size=C.shape) < 0.3] = 0.0  # sparse columns
         t = rng.standard_normal(d)
-        # the kernel reads C's columns as signed sparse rows and, in half the
-        # trials, minimises the residual projected on a random orthonormal basis P
-        # of f <= d directions: the reference solves min ||P^T C z - P^T t||
+        # the kernel reads C's columns as signed sparse rows and minimises the
+        # residual projected on the complement of a span with orthonormal basis P:
+        # the reference solves min ||P^T C z - P^T t||
         sgn = rng.choice([-1.0, 1.0], p)
         rows = sp.csr_matrix((C * sgn).T)
         Xt = (rows.indptr.astype(np.int64), rows.indices.astype(np.int64),
               rows.data, np.ones(p), np.ones(p))  # fmt: skip
-        f = d if trial % 2 == 0 else int(rng.integers(1, d + 1))
-        P = np.linalg.qr(rng.standard_normal((d, d)))[0][:, :f] if f < d else np.eye(d)
-        P = np.ascontiguousarray(P)
-        z, _ = K.nnls(Xt, np.arange(p), sgn, p, P, t, 1e-12, 10 * p + 50)
+        # no projection (trial % 3 == 0), a random orthonormal basis P of the
+        # complement (1), or the complement of the span of random independent
+        # sparse columns A_U given by the Cholesky factor of their Gram matrix (2)
+        none, ui, us = np.zeros((0, 0)), np.zeros(0, np.int64), np.zeros(0)
+        mode = trial % 3
+        if mode == 0:
+            R, P = (none, none, ui, us), np.eye(d)
+        elif mode == 1:
+            f = int(rng.integers(1, d + 1))
+            P = np.ascontiguousarray(np.linalg.qr(rng.standard_normal((d, d)))[0][:, :f])
+            R = (P, none, ui, us)
+        else:
+            nu = int(rng.integers(1, d))
+            A = rng.standard_normal((d, nu))
+            A[rng.uniform(size=A.shape) < 0.3] = 0.0
+            A[rng.integers(0, d, nu), np.arange(nu)] += 3.0  # independent columns
+            U = sp.csr_matrix(np.c_[C * sgn, A].T)
+            Xt = (U.indptr.astype(np.int64), U.indices.astype(np.int64), U.data,
+                  np.ones(p + nu), np.ones(p + nu))  # fmt: skip
+            ucols = np.arange(p, p + nu)
+            ok, L = K._column_factor(Xt, ucols, np.arange(nu), nu, d, 1e-8)
+            assert ok
+            # the reference's basis of the complement of range(A): from an SVD
+            P = np.linalg.svd(A, full_matrices=True)[0][:, nu:]
+            R = (none, L, ucols, np.ones(nu))
+        z, _ = K.nnls(Xt, np.arange(p), sgn, p, R, t, 1e-12, 10 * p + 50)
         ref, _ = scipy_nnls(P.T @ C, P.T @ t)
         assert (z >= 0).all()
         got = np.linalg.norm(P.T @ (C @ z - t))
         assert got <= np.linalg.norm(P.T @ (C @ ref - t)) + 1e-10
+        if mode == 2:
+            # and the least-squares fit of the rest on A_U, against lstsq
+            rest = t - C @ z
+            a = np.empty(nu)
+            K._factor_lsq(Xt, R, rest, a)
+            ref_a = np.linalg.lstsq(A, rest, rcond=None)[0]
+            np.testing.assert_allclose(a, ref_a, rtol=1e-9, atol=1e-10)
     worked = 0
     for _ in range(100):
         m = int(rng.integers(1, 25))
@@ -794,6 +824,11 @@ def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
     def checked(Xt, S, *args):
         status = run(Xt, S, *args)
         state, mlist, scal, lsum, msorted = S[0], S[5], S[9], S[11], S[12]
+        if args[4][K.V_VALID] == 0:
+            # the sets changed outside the kernel (a plateau's programme) and the
+            # call returned before its first refresh (full buffers): both are
+            # formed anew when the next call starts, and not read before
+            return status
         m = int(scal[1])
         np.testing.assert_array_equal(msorted[:m], np.sort(mlist[:m]))
         indptr, indices, data, yt, sw = Xt
