@@ -522,7 +522,8 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
     (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
     as |M| > rank. xnorm holds the rows' 2-norms. Returns the active-set steps: NNLS
-    iterations + 1 when any multiplier sits at a bound, 0 otherwise. hscale scales
+    iterations + 1 when any multiplier sits at a bound, 0 otherwise, and whether the
+    unbounded columns were dependent (the eigendecomposition). hscale scales
     the upper bounds' rates h (1 here; 0 for a repair of beta, where a multiplier at
     its upper bound may only move down: :func:`_lsq_repair`)."""
     indptr, indices, data, y, sw = X
@@ -607,7 +608,7 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
     for q in range(nb):
         if z[q] == 0.0:
             pin[bcol[q]] = kind[bcol[q]]
-    return it + 1 if nb > 0 else 0
+    return (it + 1 if nb > 0 else 0), nu > 0 and not chol
 
 
 @njit(cache=True, nogil=True)
@@ -941,7 +942,8 @@ def _direction(
     larger, in the d-dimensional primal (:func:`_direction_dense`). A multiplier
     boxed from both sides (ub = 0, only at tau = 0 or 1) takes the CG route, which
     keeps both bounds. Returns (CG
-    iterations, active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal."""
+    iterations, active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal
+    (3: primal with dependent unbounded columns)."""
     indptr, indices, data, y, sw = X
     tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
     pin = F[1]
@@ -966,8 +968,10 @@ def _direction(
                     Gc, b, m, kind, h, x, pin, 1e-10, F[6], free, nf
                 )
         if not solved:
-            route = 2
-            steps = _direction_dense(X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm, 1.0)
+            steps, dependent = _direction_dense(
+                X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm, 1.0
+            )
+            route = 3 if dependent else 2
     else:
         it, steps = _direction_cg(
             X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor
@@ -1448,13 +1452,14 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         since formed), zeros at first; see :func:`_kept_free_factor`; the box QP
         works below its lines, :func:`_box_qp_from`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
-         cidx int64[C], cto int8[C], cnt int64[18], diag[4]) with cnt = (kinks,
+         cidx int64[C], cto int8[C], cnt int64[19], diag[4]) with cnt = (kinks,
          b_used, c_used, CG iterations, recoveries, zero steps, refreshes,
          degenerate directions, active-set steps, directions solved in the primal,
          rows examined for events, rebuilds because a segment left the radius,
          radius regrowths, refresh repairs by least squares, refresh repairs by
          coordinate descent, refreshes brought forward by drift at a kink, full
-         rebuilds of the list, rows whose gradient rebuilds computed) and diag =
+         rebuilds of the list, rows whose gradient rebuilds computed, primal
+         directions whose unbounded columns were dependent) and diag =
          (largest KKT drift on M, -, -, -).
     V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n], cptr int64[n+1],
         cind[nnz], cdat[nnz], mid int64[n], mflag int8[n], w2[d], cg[n], cdg[n],
@@ -1534,8 +1539,10 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         degenerate = steps > 0
         cnt[3] += it
         cnt[8] += steps
-        if route == 2:
+        if route >= 2:
             cnt[9] += 1
+        if route == 3:
+            cnt[18] += 1
         if degenerate:
             cnt[7] += 1
         # 2. u = dw/dtau = kappa (X_M^T (y dbeta) - s_L)

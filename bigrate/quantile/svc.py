@@ -305,7 +305,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "cidx": np.zeros(max(4 * n, 1024), np.int64),
             "cto": np.zeros(max(4 * n, 1024), np.int8),
         }
-        cnt = np.zeros(18, np.int64)
+        cnt = np.zeros(19, np.int64)
         diag = np.zeros(4)
         # kink 0: the initial solution, no changes
         bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
@@ -420,6 +420,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
             "degenerate_directions": int(cnt[7]),
             "active_set_steps": int(cnt[8]),
             "primal_directions": int(cnt[9]),
+            "primal_dependent_directions": int(cnt[18]),
             "rows_examined": int(cnt[10]),
             "rows_read_by_rebuilds": int(cnt[17]),
             "scan_share": float(cnt[10] + cnt[17]) / max(1.0, float(nk) * n),

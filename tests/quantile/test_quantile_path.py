@@ -133,16 +133,22 @@ def _one_hot(n=300, levels=(3, 4, 3, 5, 2, 4), seed=0):
     return np.hstack(cols), y
 
 
-def test_dense_and_cg_directions_give_the_same_certified_path():
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dense_and_cg_directions_give_the_same_certified_path(seed):
     """On tie-heavy one-hot data the dense route solves directions in the primal
     (|M| above the rank) and both routes' solutions are certified optimal by a zero
     duality gap at random tau; w(tau) is unique, so the two paths give the same
-    classifier even though their dual paths (and kinks) differ."""
-    X, y = _one_hot()
+    classifier even though their dual paths (and kinks) differ. The primal
+    directions project out the unbounded columns through their Gram matrix's
+    Cholesky factor; on seed 1 one direction has dependent unbounded columns and
+    takes the eigendecomposition."""
+    X, y = _one_hot(seed=seed)
     lam = 1e-3
     dense = QuantilePathSVC(alpha=lam, direction="dense").fit(X, y)
     cg = QuantilePathSVC(alpha=lam, direction="cg").fit(X, y)
-    assert dense.diagnostics_["primal_directions"] > 0
+    dg = dense.diagnostics_
+    assert dg["primal_directions"] > dg["primal_dependent_directions"]
+    assert (dg["primal_dependent_directions"] > 0) == (seed == 1)
     assert cg.diagnostics_["primal_directions"] == 0
     assert dense.path_summary()["n_margin"].max() > X.shape[1] + 1  # |M| > rank
     for tau in np.random.default_rng(1).uniform(0, 1, 20):
@@ -157,6 +163,9 @@ def test_dense_and_cg_directions_give_the_same_certified_path():
         wd = np.r_[dense.coef_at(tau)[0], dense.coef_at(tau)[1]]
         wc = np.r_[cg.coef_at(tau)[0], cg.coef_at(tau)[1]]
         assert np.abs(wd - wc).max() <= 1e-7 * max(1.0, np.abs(wc).max()), tau
+    # at every kink, too: the dependent direction's segment included
+    for tau in dense.kinks_[1:-1:3]:
+        assert abs(dense.duality_gap_at(tau)) <= 1e-9, tau
 
 
 def test_nnls_and_box_qp_kernels_match_reference_solvers():
