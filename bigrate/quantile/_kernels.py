@@ -508,7 +508,7 @@ def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
 
 
 @njit(cache=True, nogil=True)
-def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
+def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, aa):
     """The direction's box QP in the d-dimensional primal, for a margin set larger
     than the features can hold apart.
 
@@ -525,7 +525,11 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
     iterations + 1 when any multiplier sits at a bound, 0 otherwise, and whether the
     unbounded columns were dependent (the eigendecomposition). hscale scales
     the upper bounds' rates h (1 here; 0 for a repair of beta, where a multiplier at
-    its upper bound may only move down: :func:`_lsq_repair`)."""
+    its upper bound may only move down: :func:`_lsq_repair`). aa receives A a, as
+    s_L minus the least-squares residual of the unbounded columns' fit (with the
+    target t = s_L - sum_(kind 2) h y x, A a = A_U a_U + C z + (s_L - t)): O(|U|
+    nnz) where summing A a over M reads every margin row (~5,000 at a9a's primal
+    kinks)."""
     indptr, indices, data, y, sw = X
     x = W[5]
     pin = F[1]
@@ -599,6 +603,9 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale):
             _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
         for q in range(nu):
             x[ucol[q]] = au[q]
+            _axpy_row(indptr, indices, data, urow[q], -usgn[q] * au[q], rest)
+    for j in range(d):
+        aa[j] = s_l[j] - rest[j]
     for q in range(nb):
         k = bcol[q]
         i = mlist[k]
@@ -969,17 +976,18 @@ def _direction(
                 )
         if not solved:
             steps, dependent = _direction_dense(
-                X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm, 1.0
+                X, mlist, m, kind, s_l, d, W, F, 1e-11, xnorm, 1.0, u
             )
             route = 3 if dependent else 2
     else:
         it, steps = _direction_cg(
             X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor
         )
-    u[:] = 0.0
-    for k in range(m):
-        i = mlist[k]
-        _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
+    if route < 2:
+        u[:] = 0.0
+        for k in range(m):
+            i = mlist[k]
+            _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
     return it, steps, route
 
 
@@ -1040,7 +1048,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     t = U @ ((U.T @ ag) / lam)
     for j in range(d):
         t[j] = -t[j] / kappa
-    _direction_dense(X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0)
+    _direction_dense(X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0, np.empty(d))
     for k in range(m):
         i = mlist[k]
         beta[i] = min(max(beta[i] + x[k], 0.0), upper_bound(y[i], sw[i], tau))
