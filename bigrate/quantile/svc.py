@@ -296,6 +296,13 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         cap = min(GRAM_MAX_M, d, n)
         F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
         F += (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
+        # the margin rows' copy (K._margin_copy), for dense directions only: room
+        # for every row once
+        nr = n if dense else 0
+        nz = len(Xt[1]) + int(np.diff(Xt[0]).max(initial=0)) if dense else 0
+        F += (np.zeros(nr + 1, np.int64), np.zeros(nz, np.int64), np.zeros(nz))
+        F += (np.zeros(nr, Xt[3].dtype), np.zeros(nr, Xt[4].dtype), np.zeros(nr))
+        F += (np.zeros(nr, np.int64), np.zeros(2, np.int64))
         cap_k = 1024
         bufs = {
             "kink_tau": np.zeros(cap_k),

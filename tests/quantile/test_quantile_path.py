@@ -200,7 +200,9 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
             R, P = (none, none, ui, us), np.eye(d)
         elif mode == 1:
             f = int(rng.integers(1, d + 1))
-            P = np.ascontiguousarray(np.linalg.qr(rng.standard_normal((d, d)))[0][:, :f])
+            P = np.ascontiguousarray(
+                np.linalg.qr(rng.standard_normal((d, d)))[0][:, :f]
+            )
             R = (P, none, ui, us)
         else:
             nu = int(rng.integers(1, d))
@@ -819,7 +821,8 @@ def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
     the margin rows) and M's indices in increasing order (the beta records' order).
     After every chunk of the path both equal what the sets give from scratch: the
     sums within a rounding unit of an extended-precision sum (values and merged
-    weights not integers, so the sums round), the order exactly."""
+    weights not integers, so the sums round), the order exactly; and the margin
+    rows' copy read at primal kinks holds each position's row."""
     import bigrate.quantile._kernels as K
 
     rng = np.random.default_rng(5)
@@ -828,7 +831,7 @@ def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
     X = sp.vstack([X, X[:200]]).tocsr()  # duplicates merge into weights of 2
     y = np.r_[y, y[:200]]
     run = K.dpf_run
-    checks = []
+    checks, copies = [], []
 
     def checked(Xt, S, *args):
         status = run(Xt, S, *args)
@@ -849,9 +852,26 @@ def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
             err = np.abs((lsum[c] + lsum[c + 1]) - exact) / scale
             assert float(err.max()) <= 4e-16, float(err.max())
         checks.append(len(rows))
+        # the margin rows' copy, where it is kept: each position's slot holds that
+        # position's row, label and weight
+        cptr, cind, cdat, yc, swc, xnc, slot, meta = args[1][9:17]
+        if meta[1] != 0:
+            for k in range(m):
+                i, sl = mlist[k], slot[k]
+                np.testing.assert_array_equal(
+                    cind[cptr[sl] : cptr[sl + 1]], indices[indptr[i] : indptr[i + 1]]
+                )
+                np.testing.assert_array_equal(
+                    cdat[cptr[sl] : cptr[sl + 1]], data[indptr[i] : indptr[i + 1]]
+                )
+                assert (yc[sl], swc[sl]) == (yt[i], sw[i])
+                xi = data[indptr[i] : indptr[i + 1]]
+                assert xnc[sl] == pytest.approx(np.linalg.norm(xi))
+            copies.append(m)
         return status
 
     monkeypatch.setattr(K, "dpf_run", checked)
     path = QuantilePathSVC(alpha=1e-2, refresh_every=60).fit(X, y)
     assert len(checks) >= 4 and max(checks) > 50  # chunks with a populated L
+    assert max(copies) > X.shape[1] + 1  # copies of a margin set above the rank
     assert path.diagnostics_["merged_rows"] >= 200
