@@ -397,32 +397,70 @@ def nnls(X, rows, sgn, p, R, t, tol, max_iter):
 
 
 @njit(cache=True, nogil=True)
-def _column_factor(X, mlist, cols, nc, d, rel_pivot):
-    """The Cholesky factor L of the Gram matrix of the columns y_i x_i, i =
-    mlist[cols[q]], formed from the sparse rows: O(nc^2 nnz + nc^3 / 3), where the
-    d x d eigendecomposition of :func:`_row_space` costs ~0.9 ms at a9a's d = 124.
-    Returns (ok, L); ok is False where a pivot falls below rel_pivot times its
-    diagonal (the columns are numerically dependent)."""
+def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
+    """The Cholesky factor of the Gram matrix of the unbounded margin columns y x
+    (kind 0), kept between primal directions in KU = (L[d, d], slots int64[d], meta
+    int64[3], spos int64[n]) like the Gram route's (:func:`_kept_free_factor`):
+    columns that left U are removed (Givens rotations) and new ones appended, each
+    O(nl nnz + nl^2), where forming it anew costs nl^2 nnz / 2 + nl^3 / 6 (~0.18 ms
+    at a9a's ~100 unbounded columns). Its rows are keyed by the entries of ML (the
+    margin rows' copy's slots); meta = (lines, calls since formed, the copy's
+    generation it was formed in): it is formed anew every max_calls calls (0: at
+    every call) and whenever the copy was formed anew. ucol receives the
+    positions of its lines' columns. Returns the number of columns, or -1 where
+    they are numerically dependent (a pivot below PRIMAL_REL_PIVOT of its
+    diagonal) or more than d."""
     indptr, indices, data, y, sw = X
-    G = np.empty((nc, nc))
+    L, rows, meta, spos = KU
+    nl = int(meta[0])
+    if meta[2] != gen or meta[1] >= max_calls:
+        nl = 0
+        meta[1] = 0
+        meta[2] = gen
+    meta[1] += 1
+    for k in range(m):
+        spos[ML[k]] = k
+    # columns that left M or reached a bound leave the factor (from the last)
+    j = nl - 1
+    while j >= 0:
+        sl = rows[j]
+        p = spos[sl]
+        if p < 0 or p >= m or ML[p] != sl or kind[p] != 0:
+            _chol_remove(L, nl, j)
+            for q in range(j + 1, nl):
+                rows[q - 1] = rows[q]
+            nl -= 1
+        j -= 1
+    have = np.zeros(m, np.bool_)
+    for j in range(nl):
+        p = spos[rows[j]]
+        ucol[j] = p
+        have[p] = True
     tmp = np.zeros(d)
-    for a in range(nc):
-        i = mlist[cols[a]]
+    for k in range(m):
+        if kind[k] != 0 or have[k]:
+            continue
+        if nl >= d:
+            meta[0] = 0
+            return -1
+        i = ML[k]
+        sq = 0.0
         for p1 in range(indptr[i], indptr[i + 1]):
             tmp[indices[p1]] = data[p1]
-        for b in range(a + 1):
-            j = mlist[cols[b]]
-            v = y[i] * y[j] * _dot_row(indptr, indices, data, j, tmp)
-            G[a, b] = v
-            G[b, a] = v
+            sq += data[p1] * data[p1]
+        for j in range(nl):
+            r = rows[j]
+            L[nl, j] = y[i] * y[r] * _dot_row(indptr, indices, data, r, tmp)
         for p1 in range(indptr[i], indptr[i + 1]):
             tmp[indices[p1]] = 0.0
-    L = np.zeros((nc, nc))
-    free = np.arange(nc)
-    for k in range(nc):
-        if not _chol_append(G, free, k, k, L, rel_pivot):
-            return False, L
-    return True, L
+        if not _chol_finish_row(L, nl, sq, PRIMAL_REL_PIVOT):
+            meta[0] = 0
+            return -1
+        rows[nl] = i
+        ucol[nl] = k
+        nl += 1
+    meta[0] = nl
+    return nl
 
 
 @njit(cache=True, nogil=True)
@@ -508,7 +546,9 @@ def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
 
 
 @njit(cache=True, nogil=True)
-def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, aa):
+def _direction_dense(
+    X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, aa, KU, gen, kept
+):  # fmt: skip
     """The direction's box QP in the d-dimensional primal, for a margin set larger
     than the features can hold apart.
 
@@ -517,7 +557,9 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, 
     kind_k = 1, beta_k = 0; a_k <= h_k = -y_k s_k where kind_k = 2, beta_k = ub_k).
     Its residual, hence dw/dtau = kappa (A a - s_L), is unique even when a is not.
     The unbounded columns U are projected out (through the Cholesky factor of their
-    Gram matrix where they are independent, :func:`_column_factor`, else the
+    Gram matrix where they are independent, :func:`_unbounded_factor`: KU, kept
+    between calls whose mlist entries are the margin rows' copy's slots of copy
+    generation gen and formed anew every kept calls, else the
     eigenvectors of A_U A_U^T, :func:`_row_space`), the bounded ones solved as a non-negative least squares on what remains
     (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
@@ -541,12 +583,9 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, 
             nb += 1
     ucol = np.zeros(nu, np.int64)
     bcol = np.zeros(nb, np.int64)
-    iu, ib = 0, 0
+    ib = 0
     for k in range(m):
-        if kind[k] == 0:
-            ucol[iu] = k
-            iu += 1
-        else:
+        if kind[k] != 0:
             bcol[ib] = k
             ib += 1
     # bounded columns as z >= 0: a = z (kind 1, column y x) or a = h - z (kind 2,
@@ -566,14 +605,19 @@ def _direction_dense(X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, 
     # the unbounded columns' span: a Cholesky factor of their Gram matrix where they
     # are independent (every primal direction of the whole a9a path), else the
     # eigendecomposition of A_U A_U^T with its rank cut
+    chol = nu > 0 and _unbounded_factor(X, mlist, m, kind, KU, gen, kept, d, ucol) >= 0
+    L = KU[0]
+    if nu > 0 and not chol:
+        iu = 0
+        for k in range(m):
+            if kind[k] == 0:
+                ucol[iu] = k
+                iu += 1
     urow = np.zeros(nu, np.int64)
     usgn = np.zeros(nu)
     for q in range(nu):
         urow[q] = mlist[ucol[q]]
         usgn[q] = y[urow[q]]
-    chol, L = False, np.zeros((0, 0))
-    if 0 < nu <= d:
-        chol, L = _column_factor(X, mlist, ucol, nu, d, PRIMAL_REL_PIVOT)
     first, V, lam = d, np.zeros((d, d)), np.zeros(0)
     if nu > 0 and not chol:
         first, V, lam = _row_space(X, mlist, ucol, nu, d, rank_rtol)
@@ -654,10 +698,19 @@ def _gram(X, mlist, m, s_l, tmp, G, gm, b):
 def _chol_append(G, free, nf, k, L, rel_pivot):
     """Grow the Cholesky factor L of G[free, free] (first nf) by the index k, O(nf^2);
     False if the new pivot falls below rel_pivot times its diagonal (singular)."""
-    diag = G[k, k]
+    for j in range(nf):
+        L[nf, j] = G[free[j], k]
+    return _chol_finish_row(L, nf, G[k, k], rel_pivot)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _chol_finish_row(L, nf, diag, rel_pivot):
+    """Row nf of a Cholesky factor from the new column's entries against the first nf
+    (in L[nf, :nf], replaced by the factor's row) and its diagonal; False if the
+    pivot falls below rel_pivot times the diagonal."""
     v = diag
     for j in range(nf):
-        s = G[free[j], k]
+        s = L[nf, j]
         for q in range(j):
             s -= L[nf, q] * L[j, q]
         s /= L[j, j]
@@ -977,9 +1030,14 @@ def _direction(
                     Gc, b, m, kind, h, x, pin, 1e-10, F[6], free, nf
                 )
         if not solved:
+            # the unbounded columns' factor is kept while ML holds the margin rows'
+            # copy's slots (formed anew at every call otherwise)
+            compact = ML is not mlist
+            gen = F[16][2] if compact else -1
             steps, dependent = _direction_dense(
-                XM, ML, m, kind, s_l, d, W, F, 1e-11, xnm, 1.0, u
-            )
+                XM, ML, m, kind, s_l, d, W, F, 1e-11, xnm, 1.0, u, F[17:21], gen,
+                kept_calls if compact else 0,
+            )  # fmt: skip
             route = 3 if dependent else 2
     else:
         it, steps = _direction_cg(
@@ -1050,7 +1108,9 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     t = U @ ((U.T @ ag) / lam)
     for j in range(d):
         t[j] = -t[j] / kappa
-    _direction_dense(X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0, np.empty(d))
+    _direction_dense(
+        X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0, np.empty(d), F[17:21], -1, 0
+    )  # fmt: skip
     for k in range(m):
         i = mlist[k]
         beta[i] = min(max(beta[i] + x[k], 0.0), upper_bound(y[i], sw[i], tau))
@@ -1327,8 +1387,9 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
 def _margin_copy(X, mlist, m, F, xnorm):
     """Form the margin rows' copy anew, slot k holding position k's row. The copy is
     F[9:17] = (cptr int64[n+1], cind int64[c], cdat[c], y[n], sw[n], xnorm[n],
-    slot int64[n], meta int64[2]): a CSR of slots with each slot's label, weight
-    and norm, the slot of each position of M, and meta = (slots used, valid). With
+    slot int64[n], meta int64[3]): a CSR of slots with each slot's label, weight
+    and norm, the slot of each position of M, and meta = (slots used, valid,
+    generation: the number of times it was formed). With
     (cptr, cind, cdat, y, sw) in place of X and slot in place of mlist, the kernels
     that read every margin row at a primal kink (the bounded least squares, the
     pinned rows' rates, the drift check) read them in order from one block: on
@@ -1351,6 +1412,7 @@ def _margin_copy(X, mlist, m, F, xnorm):
         slot[k] = k
     meta[0] = m
     meta[1] = 1
+    meta[2] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -1512,7 +1574,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
          kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
          (the rate of the quantity that reaches its limit at cand)).
     F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c],
-         Lk[c, c], krows int64[c], kmeta int64[2], margin rows' copy (8 arrays))
+         Lk[c, c], krows int64[c], kmeta int64[2], margin rows' copy (8 arrays),
+         the unbounded columns' kept factor (4 arrays))
         active-set work, the Gram matrix of M kept between kinks (gm: the row of
         each position, -1 at first; see :func:`_gram`), the Cholesky factor of
         its free part (krows: the row of each of its lines; kmeta = (lines, calls
@@ -1520,7 +1583,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         works below its lines, :func:`_box_qp_from`), then the margin rows' copy
         F[9:17] (:func:`_margin_copy`; arrays of length 0 without dense
         directions), formed at the first primal kink of a call and kept by the
-        events.
+        events, and the Cholesky factor of the unbounded columns of the primal
+        route F[17:21] (:func:`_unbounded_factor`).
     O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
          cidx int64[C], cto int8[C], cnt int64[19], diag[4]) with cnt = (kinks,
          b_used, c_used, CG iterations, recoveries, zero steps, refreshes,

@@ -58,6 +58,28 @@ _ARRAYS = (
 )  # fmt: skip
 
 
+def direction_work(Xt, d, dense):
+    """The direction's work arrays F of :func:`bigrate.quantile._kernels.dpf_run`
+    for the merged rows Xt with d columns (those of dense directions empty
+    without them)."""
+    n = len(Xt[3])
+    F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
+    cap = min(GRAM_MAX_M, d, n)
+    F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
+    F += (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
+    # the margin rows' copy (K._margin_copy), for dense directions only: room for
+    # every row once
+    nr = n if dense else 0
+    nz = len(Xt[1]) + int(np.diff(Xt[0]).max(initial=0)) if dense else 0
+    F += (np.zeros(nr + 1, np.int64), np.zeros(nz, np.int64), np.zeros(nz))
+    F += (np.zeros(nr, Xt[3].dtype), np.zeros(nr, Xt[4].dtype), np.zeros(nr))
+    F += (np.zeros(nr, np.int64), np.zeros(3, np.int64))
+    # the primal route's factor of the unbounded columns (K._unbounded_factor)
+    dd = d if dense else 0
+    F += (np.zeros((dd, dd)), np.zeros(dd, np.int64), np.zeros(3, np.int64))
+    return F + (np.zeros(nr, np.int64),)
+
+
 class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
     """Linear SVM for every quantile tau in [0, 1] from one fit (Yu et al. 2009, Alg. 1).
 
@@ -292,17 +314,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
         W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
         W += (np.zeros(n, np.int8), lo, hi, np.zeros(n))
-        F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
-        cap = min(GRAM_MAX_M, d, n)
-        F += (np.zeros((cap, cap)), np.full(cap, -1, np.int64))
-        F += (np.zeros((cap, cap)), np.zeros(cap, np.int64), np.zeros(2, np.int64))
-        # the margin rows' copy (K._margin_copy), for dense directions only: room
-        # for every row once
-        nr = n if dense else 0
-        nz = len(Xt[1]) + int(np.diff(Xt[0]).max(initial=0)) if dense else 0
-        F += (np.zeros(nr + 1, np.int64), np.zeros(nz, np.int64), np.zeros(nz))
-        F += (np.zeros(nr, Xt[3].dtype), np.zeros(nr, Xt[4].dtype), np.zeros(nr))
-        F += (np.zeros(nr, np.int64), np.zeros(2, np.int64))
+        F = direction_work(Xt, d, dense)
         cap_k = 1024
         bufs = {
             "kink_tau": np.zeros(cap_k),

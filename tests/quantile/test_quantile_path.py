@@ -213,8 +213,13 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
             Xt = (U.indptr.astype(np.int64), U.indices.astype(np.int64), U.data,
                   np.ones(p + nu), np.ones(p + nu))  # fmt: skip
             ucols = np.arange(p, p + nu)
-            ok, L = K._column_factor(Xt, ucols, np.arange(nu), nu, d, 1e-8)
-            assert ok
+            KU = (np.zeros((d, d)), np.zeros(d, np.int64), np.zeros(3, np.int64),
+                  np.zeros(p + nu, np.int64))  # fmt: skip
+            order = np.zeros(nu, np.int64)
+            kind0 = np.zeros(nu, np.int8)
+            assert K._unbounded_factor(Xt, ucols, nu, kind0, KU, -1, 0, d, order) == nu
+            np.testing.assert_array_equal(order, np.arange(nu))
+            L = KU[0]
             # the reference's basis of the complement of range(A): from an SVD
             P = np.linalg.svd(A, full_matrices=True)[0][:, nu:]
             R = (none, L, ucols, np.ones(nu))
@@ -263,6 +268,56 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
         f = 0.5 * x @ G @ x - b @ x
         assert f <= r.fun + 1e-8 * max(1.0, abs(r.fun))
     assert worked >= 10
+
+
+def test_kept_unbounded_factor_matches_the_gram_matrix_of_the_current_columns():
+    """The primal route's factor of the unbounded columns, kept between calls: over
+    a random sequence of margin sets (columns entering and leaving U, positions
+    reshuffled), its lines' columns are exactly U's, and L L^T is their Gram
+    matrix in the factor's order; a new generation of slots or max_calls calls
+    form it anew; dependent columns report -1."""
+    from bigrate.quantile import _kernels as K
+
+    rng = np.random.default_rng(3)
+    n, d = 60, 12
+    A = sp.random(n, d, density=0.3, random_state=4, format="csr")
+    A = (A + sp.eye(n, d, format="csr")).tocsr()  # no empty rows
+    A = sp.vstack([A[:50], A[:10]]).tocsr()  # rows 50-59 repeat 0-9: dependent
+    y = rng.choice([-1.0, 1.0], n)
+    Xt = (A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data, y,
+          np.ones(n))  # fmt: skip
+    Ad = A.toarray() * y[:, None]
+    KU = (np.zeros((d, d)), np.zeros(d, np.int64), np.zeros(3, np.int64),
+          np.zeros(n, np.int64))  # fmt: skip
+    kept, dependent = 0, 0
+    for call in range(80):
+        m = int(rng.integers(d, 3 * d))
+        ml = rng.choice(n, m, replace=False)
+        kind = rng.choice(np.array([0, 1, 2], np.int8), m, p=[0.2, 0.4, 0.4])
+        if call % 7:
+            # mostly the last call's unbounded rows, a few changed
+            prev = KU[1][: int(KU[2][0])]
+            keep = prev[rng.uniform(size=len(prev)) < 0.8]
+            ml = np.r_[keep, np.setdiff1d(ml, keep)][:m]
+            rng.shuffle(ml)
+            kind = np.where(np.isin(ml, keep), 0, kind).astype(np.int8)
+        nu = int((kind == 0).sum())
+        order = np.zeros(nu, np.int64)
+        before = int(KU[2][1])
+        gen = call // 40
+        nl = K._unbounded_factor(Xt, ml, m, kind, KU, gen, 10, d, order)
+        rank = np.linalg.matrix_rank(Ad[ml[kind == 0]])
+        if rank < nu:
+            assert nl == -1 and KU[2][0] == 0
+            dependent += 1
+            continue
+        assert nl == nu
+        assert sorted(order) == sorted(np.flatnonzero(kind == 0))
+        L = KU[0][:nl, :nl]
+        cols = Ad[ml[order]]
+        np.testing.assert_allclose(L @ L.T, cols @ cols.T, atol=1e-10)
+        kept += int(0 < before < 10 and KU[2][1] == before + 1)
+    assert kept > 20 and dependent > 0  # calls that updated a kept factor
 
 
 def test_cholesky_factor_updated_by_appends_and_removals_equals_a_fresh_one():
@@ -628,13 +683,14 @@ def test_newton_repair_declines_a_margin_set_above_the_rank():
     np.testing.assert_array_equal(S[3], w)
 
 
-def _full_work(n, d):
+def _full_work(Xt, d):
+    from bigrate.quantile.svc import direction_work
+
+    n = len(Xt[3])
     W = (np.zeros(d),) + tuple(np.zeros(n) for _ in range(5))
     W += (np.zeros(d), np.zeros(n), np.zeros(n), np.zeros(n, np.int64))
     W += (np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.zeros(n))
-    F = (np.zeros(n, np.int64), np.zeros(n, np.int8), np.zeros(n), np.zeros(n))
-    F += (np.zeros((d, d)), np.full(d, -1, np.int64))
-    return W, F
+    return W, direction_work(Xt, d, True)
 
 
 def test_least_squares_repair_restores_the_kink_above_the_rank():
@@ -650,8 +706,8 @@ def test_least_squares_repair_restores_the_kink_above_the_rank():
     for m in sorted(set(sizes[sizes > 4].tolist()))[:6]:
         K, Xt, S, _, _, kappa, tau, bM, Xd = _kink_state(path, m)
         beta, g, w, mlist = S[1], S[2], S[3], S[5]
-        n, d = len(beta), len(w)
-        W, F = _full_work(n, d)
+        d = len(w)
+        W, F = _full_work(Xt, d)
         M = mlist[:m]
         yy, sw = Xt[3], Xt[4]
         ub = np.where(yy[M] > 0, sw[M] * (1 - tau), sw[M] * tau)
