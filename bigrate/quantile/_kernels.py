@@ -986,7 +986,7 @@ def _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
 @njit(cache=True, nogil=True)
 def _direction(
     X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-    dense_max_d, gram_max_m, xnorm, kept_calls, XM, ML, xnm,
+    dense_max_d, gram_max_m, xnorm, kept_calls, XM, ML, xnm, compact,
 ):  # fmt: skip
     """d beta_M / d tau into x[:m], and v = sum_M y dbeta x into u.
 
@@ -1005,7 +1005,7 @@ def _direction(
     iterations, active-set steps, route) with route 0 = CG, 1 = Gram, 2 = primal
     (3: primal with dependent unbounded columns). The primal route reads the
     margin rows from XM at ML's entries, with their norms in xnm (X, mlist and
-    xnorm, or the margin rows' copy: :func:`_margin_copy`)."""
+    xnorm, or with compact the margin rows' copy: :func:`_margin_copy`)."""
     indptr, indices, data, y, sw = X
     tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
     pin = F[1]
@@ -1031,8 +1031,7 @@ def _direction(
                 )
         if not solved:
             # the unbounded columns' factor is kept while ML holds the margin rows'
-            # copy's slots (formed anew at every call otherwise)
-            compact = ML is not mlist
+            # copy's slots (compact; formed anew at every call otherwise)
             gen = F[16][2] if compact else -1
             steps, dependent = _direction_dense(
                 XM, ML, m, kind, s_l, d, W, F, 1e-11, xnm, 1.0, u, F[17:21], gen,
@@ -1680,7 +1679,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             XM, ML, xnm = mcopy[:5], mcopy[6], mcopy[5]
         it, steps, route = _direction(
             X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-            int(dense_d), int(gram_m), xnorm, kept_calls, XM, ML, xnm,
+            int(dense_d), int(gram_m), xnorm, kept_calls, XM, ML, xnm, big,
         )  # fmt: skip
         degenerate = steps > 0
         cnt[3] += it
