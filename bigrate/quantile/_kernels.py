@@ -420,22 +420,8 @@ def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
     meta[1] += 1
     for k in range(m):
         spos[ML[k]] = k
-    # columns that left M or reached a bound leave the factor (from the last)
-    j = nl - 1
-    while j >= 0:
-        sl = rows[j]
-        p = spos[sl]
-        if p < 0 or p >= m or ML[p] != sl or kind[p] != 0:
-            _chol_remove(L, nl, j)
-            for q in range(j + 1, nl):
-                rows[q - 1] = rows[q]
-            nl -= 1
-        j -= 1
     have = np.zeros(m, np.bool_)
-    for j in range(nl):
-        p = spos[rows[j]]
-        ucol[j] = p
-        have[p] = True
+    nl = _kept_lines(L, rows, nl, spos, ML, m, kind, ucol, have)
     tmp = np.zeros(d)
     for k in range(m):
         if kind[k] != 0 or have[k]:
@@ -757,6 +743,30 @@ def _chol_apply(L, nf, rhs, out):
         out[j] = v / L[j, j]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _kept_lines(L, rows, nl, pos, keys, m, kind, out, have):
+    """The lines of a kept Cholesky factor (L, with each line's key in rows[:nl])
+    whose key is no longer at a kind-0 position of M leave it (from the last: the
+    lines after one removed have been looked at already); pos maps a key to its
+    position, keys a position to its key. The positions of the lines left go to
+    out and are marked in have. Returns how many lines are left."""
+    j = nl - 1
+    while j >= 0:
+        key = rows[j]
+        p = pos[key]
+        if p < 0 or p >= m or keys[p] != key or kind[p] != 0:
+            _chol_remove(L, nl, j)
+            for q in range(j + 1, nl):
+                rows[q - 1] = rows[q]
+            nl -= 1
+        j -= 1
+    for j in range(nl):
+        p = pos[rows[j]]
+        out[j] = p
+        have[p] = True
+    return nl
+
+
 @njit(cache=True, nogil=True)
 def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
     """Bring the Cholesky factor kept between kinks, KF = (L, rows, meta), to the
@@ -775,23 +785,8 @@ def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
         nl = 0
         meta[1] = 0
     meta[1] += 1
-    # rows that left M or reached a bound leave the factor (from the last: the rows
-    # after one removed have been looked at already)
-    j = nl - 1
-    while j >= 0:
-        i = rows[j]
-        p = mpos[i]
-        if p < 0 or p >= m or mlist[p] != i or kind[p] != 0:
-            _chol_remove(Lf, nl, j)
-            for q in range(j + 1, nl):
-                rows[q - 1] = rows[q]
-            nl -= 1
-        j -= 1
     have = np.zeros(m, np.bool_)
-    for j in range(nl):
-        p = mpos[rows[j]]
-        free[j] = p
-        have[p] = True
+    nl = _kept_lines(Lf, rows, nl, mpos, mlist, m, kind, free, have)
     for k in range(m):
         if kind[k] == 0 and not have[k]:
             if not _chol_append(G, free, nl, k, Lf, rel_pivot):
@@ -1394,20 +1389,10 @@ def _margin_copy(X, mlist, m, F, xnorm):
     pinned rows' rates, the drift check) read them in order from one block: on
     a9a's ~5,000 margin rows a pass takes a third of the time it takes through
     X's rows at random."""
-    indptr, indices, data, y, sw = X
-    cptr, cind, cdat, yc, swc, xnc, slot, meta = F[9:17]
-    q = 0
+    cptr, slot, meta = F[9], F[15], F[16]
     cptr[0] = 0
     for k in range(m):
-        i = mlist[k]
-        for p in range(indptr[i], indptr[i + 1]):
-            cind[q] = indices[p]
-            cdat[q] = data[p]
-            q += 1
-        cptr[k + 1] = q
-        yc[k] = y[i]
-        swc[k] = sw[i]
-        xnc[k] = xnorm[i]
+        _copy_slot(X, F, mlist[k], k, xnorm)
         slot[k] = k
     meta[0] = m
     meta[1] = 1
@@ -1418,15 +1403,26 @@ def _margin_copy(X, mlist, m, F, xnorm):
 def _margin_copy_add(X, F, i, pos, xnorm):
     """Row i enters M at position pos: appended to the copy as a new slot; where
     the copy is full it is marked stale (formed anew when next needed)."""
-    indptr, indices, data, y, sw = X
-    cptr, cind, cdat, yc, swc, xnc, slot, meta = F[9:17]
+    indptr = X[0]
+    cptr, cind, slot, meta = F[9], F[10], F[15], F[16]
     if meta[1] == 0:
         return
     sl = meta[0]
-    q = cptr[sl]
-    if sl + 1 >= len(cptr) or q + indptr[i + 1] - indptr[i] > len(cind):
+    if sl + 1 >= len(cptr) or cptr[sl] + indptr[i + 1] - indptr[i] > len(cind):
         meta[1] = 0
         return
+    _copy_slot(X, F, i, sl, xnorm)
+    slot[pos] = sl
+    meta[0] = sl + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_slot(X, F, i, sl, xnorm):
+    """Row i (values, label, weight, norm) into the margin rows' copy as slot sl,
+    from cptr[sl] on (which must have room)."""
+    indptr, indices, data, y, sw = X
+    cptr, cind, cdat, yc, swc, xnc = F[9:15]
+    q = cptr[sl]
     for p in range(indptr[i], indptr[i + 1]):
         cind[q] = indices[p]
         cdat[q] = data[p]
@@ -1435,8 +1431,6 @@ def _margin_copy_add(X, F, i, pos, xnorm):
     yc[sl] = y[i]
     swc[sl] = sw[i]
     xnc[sl] = xnorm[i]
-    slot[pos] = sl
-    meta[0] = sl + 1
 
 
 @njit(cache=True, nogil=True, inline="always")
