@@ -545,9 +545,10 @@ def _direction_dense(
     The unbounded columns U are projected out (through the Cholesky factor of their
     Gram matrix where they are independent, :func:`_unbounded_factor`: KU, kept
     between calls whose mlist entries are the margin rows' copy's slots of copy
-    generation gen and formed anew every kept calls, else the
-    eigenvectors of A_U A_U^T, :func:`_row_space`), the bounded ones solved as a non-negative least squares on what remains
-    (Lawson-Hanson), then a_U is the minimum-norm least-squares fit of the rest. No
+    generation gen and formed anew every kept calls, else the eigenvectors of A_U
+    A_U^T, :func:`_row_space`), the bounded ones solved as a non-negative least
+    squares on what remains (Lawson-Hanson), then a_U is the minimum-norm
+    least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
     as |M| > rank. xnorm holds the rows' 2-norms. Returns the active-set steps: NNLS
     iterations + 1 when any multiplier sits at a bound, 0 otherwise, and whether the
