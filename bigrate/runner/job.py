@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines import open_engine as _open
@@ -181,7 +181,16 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         t = time.perf_counter()
         run.event("train_started", params=params)
         events = _cluster_events(eng, run, progress)
-        est = _fit(spec, params, ds, eng, progress, run, on_round=events)
+
+        def on_round(*_):
+            events()
+            interrupt.check()  # a Ctrl-C during the round stops here
+
+        # streaming fits stop between rounds on Ctrl-C (interrupt.deferred); any
+        # other fit is one long call and stops at once
+        rounds = entry(spec.estimator).streams
+        with interrupt.deferred() if rounds else nullcontext():
+            est = _fit(spec, params, ds, eng, progress, run, on_round=on_round)
         events(force=True)  # a worker lost in the last round
         fit_s = time.perf_counter() - t
     run.event("train_finished", seconds=fit_s)

@@ -270,3 +270,30 @@ def test_a_ctrl_c_swallowed_inside_a_finaliser_is_still_seen():
     finally:
         interrupt.clear()
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_ctrl_c_during_training_rounds_waits_for_the_end_of_the_round():
+    # within interrupt.deferred (training rounds) the first Ctrl-C is recorded and
+    # raised by the next check (between rounds), a second one at once; outside, at once
+    from bigrate.runner import interrupt
+
+    def press():
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # the handler runs here
+
+    old = signal.getsignal(signal.SIGINT)
+    try:
+        interrupt.install()
+        with interrupt.deferred():
+            press()  # not raised
+            assert interrupt.requested()
+            with pytest.raises(KeyboardInterrupt):
+                interrupt.check()
+            with pytest.raises(KeyboardInterrupt):
+                press()  # the second one
+        interrupt.clear()
+        with pytest.raises(KeyboardInterrupt):
+            press()
+    finally:
+        interrupt.clear()
+        signal.signal(signal.SIGINT, old)
