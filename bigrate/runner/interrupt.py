@@ -16,8 +16,8 @@ the tests to meet it). A second Ctrl-C stops at once.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-import sys
 import threading
 
 _requested = threading.Event()
@@ -27,11 +27,15 @@ _deferring = threading.Event()
 def _on_sigint(signum, frame):
     if _deferring.is_set() and not _requested.is_set():
         _requested.set()
-        print(
-            "bigrate: Ctrl-C: stopping after this round (again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
+        # straight to the descriptor: the handler may run in the middle of another
+        # write to sys.stderr (a progress line), where print would be a reentrant call
+        try:
+            os.write(
+                2,
+                b"bigrate: Ctrl-C: stopping after this round (again to stop at once)\n",
+            )
+        except OSError:
+            pass
         return
     _requested.set()
     raise KeyboardInterrupt
