@@ -1400,6 +1400,15 @@ def _margin_copy(X, mlist, m, F, xnorm):
     meta[2] += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _margin_rows(X, mlist, xnorm, F, want):
+    """Where the margin rows are read: (rows, their entries by position, norms) of
+    the margin rows' copy where wanted and current, else X, mlist and xnorm."""
+    if want and F[16][1] != 0:
+        return F[9:14], F[15], F[14]
+    return X, mlist, xnorm
+
+
 @njit(cache=True, nogil=True)
 def _margin_copy_add(X, F, i, pos, xnorm):
     """Row i enters M at position pos: appended to the copy as a new slot; where
@@ -1669,9 +1678,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         big = dense and m > d and len(mcopy[6]) == n
         if big and mcmeta[1] == 0:
             _margin_copy(X, mlist, m, F, xnorm)
-        XM, ML, xnm = X, mlist, xnorm
-        if big:
-            XM, ML, xnm = mcopy[:5], mcopy[6], mcopy[5]
+        XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, big)
         it, steps, route = _direction(
             X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
             int(dense_d), int(gram_m), xnorm, kept_calls, XM, ML, xnm, big,
@@ -1878,9 +1885,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         vs[V_SINCE] += 1
         unrepaired = m > min(d, gram_m)
         now = False
-        XM, ML = X, mlist
-        if dense and m > d and mcmeta[1] != 0:
-            XM, ML = mcopy[:5], mcopy[6]
+        XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, dense and m > d)
         if vs[V_SINCE] < refresh_every and new_tau < 1.0:
             drift = _margin_drift(XM, ML, m, w, x)
             diag[0] = max(diag[0], drift)
