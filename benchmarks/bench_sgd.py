@@ -208,9 +208,9 @@ def bench_blockq(out: Path, seeds: int = 3) -> dict:
 
 
 def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") -> dict:
-    """2 Dask (or Ray) workers vs 1 (median of ``repeats`` fits each, interleaved, one cluster
-    at a time), where a round's time goes (``engine_``: tasks, communication and
-    scheduling, merge), and a model of the round at 8, 32 and 128 workers from those
+    """2 Dask (or Ray) workers vs 1 (median of ``repeats`` fits each, interleaved, one
+    cluster at a time), where a round's time goes (``engine_``: tasks, communication
+    and scheduling, merge), and a model of the round at 8, 32 and 128 workers from those
     figures, with the merge and the state's serialisation measured here at those
     sizes."""
     import pickle
