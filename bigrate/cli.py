@@ -18,7 +18,11 @@ import shlex
 import signal
 import sys
 
+from bigrate.engines.base import ClusterLost
 from bigrate.errors import DataError
+
+#: exit status when the cluster was lost mid-run (a temporary failure: resume helps)
+EXIT_CLUSTER_LOST = 75
 
 
 def _labels(s: str | None):
@@ -489,6 +493,12 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2
+    except ClusterLost as e:  # the scheduler or head went away mid-run
+        from bigrate.runner.job import lost_message
+
+        line = lost_message(e) if getattr(e, "run_path", None) else str(e)
+        print(f"bigrate: {line}", file=sys.stderr)
+        return EXIT_CLUSTER_LOST
     except RuntimeError as e:
         from bigrate.rundir import RunLockedError
 

@@ -300,6 +300,8 @@ def run_state(run: RunDir) -> tuple[str, str]:
         None,
     )
     if last is not None and last["event"] == "run_failed":
+        if last.get("cluster_lost"):  # the message holds the resume command
+            return "interrupted", last.get("error", "")
         if last.get("resumable", True):
             return "failed", (
                 f"{last.get('error')}; resume may help if the cause was passing "

@@ -8,12 +8,19 @@ only when their engine is opened.
 
 from __future__ import annotations
 
-from bigrate.engines.base import DEFAULT_TIMEOUT, Engine, EngineConnectError, TaskError
+from bigrate.engines.base import (
+    DEFAULT_TIMEOUT,
+    ClusterLost,
+    Engine,
+    EngineConnectError,
+    TaskError,
+)
 
 ENGINES = ("local", "dask", "ray")
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "ClusterLost",
     "ENGINES",
     "Engine",
     "EngineConnectError",
@@ -37,7 +44,7 @@ def open_engine(
     embedded cluster on 127.0.0.1 with ``n_workers`` workers, or the cluster at
     ``address``, reached within ``timeout`` seconds or
     :class:`EngineConnectError`). Further keyword arguments go to the engine's
-    constructor (Dask: ``memory_limit``)."""
+    constructor (Dask and Ray: ``worker_wait``; Dask: ``memory_limit``)."""
     if name == "local":
         if address:
             raise ValueError(
@@ -45,6 +52,7 @@ def open_engine(
             )
         from bigrate.engines.local import LocalEngine
 
+        kwargs.pop("worker_wait", None)  # it always has its one worker
         return LocalEngine()
     if name == "dask":
         from bigrate.engines.dask import DaskEngine

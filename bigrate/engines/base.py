@@ -19,10 +19,19 @@ on the workers, maps plain functions over argument tuples and gives results back
 
 A task whose worker process dies is retried on another worker up to ``retries`` times;
 an exception raised inside a task is not retried.
+
+No wait on a cluster is without an end. Every wait (warm-up, making the pinned pool's
+actors, each call to them, gathering tasks) looks up at least every ``POLL_SECONDS``:
+it checks that the scheduler or head still answers (else :class:`ClusterLost`), that
+the workers its calls depend on are alive (a lost one's work is sent again elsewhere),
+and that the cluster has a worker at all (none for ``worker_wait`` seconds:
+:class:`ClusterLost`); a wait that has brought no result for ``STALL_SECONDS`` says so
+through :meth:`Engine.notice`, and again at doubling intervals.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 import traceback
@@ -32,6 +41,9 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 DEFAULT_TIMEOUT = 30.0  # seconds to reach a cluster before giving up
+DEFAULT_WORKER_WAIT = 120.0  # seconds a cluster may have no worker before giving up
+POLL_SECONDS = 1.0  # every wait on a cluster looks up at least this often
+STALL_SECONDS = 45.0  # a wait without any result says so after this long
 
 
 class TaskError(RuntimeError):
@@ -45,6 +57,49 @@ class TaskError(RuntimeError):
 class EngineConnectError(ConnectionError):
     """A cluster address could not be reached: one line naming the address and what
     to check (nothing was started, nothing can be resumed)."""
+
+
+class ClusterLost(RuntimeError):
+    """The cluster went away under the work: its Dask scheduler or Ray head stopped
+    answering, or it had no worker left for ``worker_wait`` seconds. Nothing more can
+    run on it; what was saved (a training checkpoint, finished sweep tasks) resumes on
+    a cluster that is there. ``str(e)`` is one line naming what was lost;
+    ``address`` is the cluster's (None: embedded); ``at`` says where the work
+    stood (e.g. "round 23"), set by the caller that knows."""
+
+    def __init__(self, message: str, address: str | None = None):
+        super().__init__(message)
+        self.address = address
+        self.at: str | None = None
+
+
+class Watch:
+    """One wait on a cluster. The engine calls :meth:`progress` when a result comes in
+    and :meth:`idle` whenever a poll of ``POLL_SECONDS`` brought none: that checks the
+    cluster (:meth:`Engine.check_cluster`, which raises :class:`ClusterLost`) and,
+    after the engine's ``stall_after`` seconds (``STALL_SECONDS``) without a result,
+    says so through :meth:`Engine.notice` (again after twice as long, and so on)."""
+
+    def __init__(self, engine: Engine, what: str):
+        self.engine, self.what = engine, what
+        self.since = time.monotonic()
+        self.next_notice = engine.stall_after
+
+    def progress(self) -> None:
+        self.since = time.monotonic()
+        self.next_notice = self.engine.stall_after
+
+    def idle(self, waiting: int | None = None) -> None:
+        self.engine.check_cluster()
+        quiet = time.monotonic() - self.since
+        if quiet >= self.next_notice:
+            self.next_notice *= 2
+            n = self.engine.n_workers
+            of = f" for {waiting} task{'s' * (waiting != 1)}" if waiting else ""
+            self.engine.notice(
+                f"{self.what}: no result{of} in {quiet:.0f} s; {n} worker"
+                f"{'s' * (n != 1)} alive, still waiting"
+            )
 
 
 def host_port(address: str, default_port: int) -> tuple[str, int]:
@@ -85,15 +140,86 @@ class Engine(ABC):
     """Base class of the engines; see the module docstring for the contract."""
 
     name = "engine"
+    #: the cluster's address (None: embedded, or no cluster)
+    address: str | None = None
+    #: seconds the cluster may have no worker before a wait gives up (ClusterLost)
+    worker_wait: float = DEFAULT_WORKER_WAIT
+    #: where :meth:`notice` sends its lines (None: the ``bigrate.engines`` logger)
+    on_notice: Callable[[str], None] | None = None
+    #: seconds without a result after which a wait says so (then at doubling times)
+    stall_after: float = STALL_SECONDS
 
     @property
     def dashboard_link(self) -> str | None:
         return None
 
     @property
-    @abstractmethod
-    def n_workers(self) -> int:
-        """How many tasks can run at once."""
+    def where(self) -> str:
+        """The cluster, for messages: its address, or "embedded, 127.0.0.1"."""
+        return self.address or "embedded, 127.0.0.1"
+
+    def notice(self, message: str) -> None:
+        """Tell the user something about the cluster (a stall, waiting for workers)."""
+        message = f"{self.name}: {message}"
+        if self.on_notice is not None:
+            self.on_notice(message)
+        else:
+            logging.getLogger("bigrate.engines").warning(message)
+
+    def check_cluster(self) -> None:  # noqa: B027 - engines without a cluster keep it
+        """Raise :class:`ClusterLost` if the cluster is gone (no scheduler or head, or
+        no worker for ``worker_wait`` seconds). Here: nothing to lose."""
+
+    _empty_since: float | None = None
+
+    def _note_workers(self, n: int) -> None:
+        """Bookkeeping for :meth:`check_cluster`: the cluster has ``n`` workers now;
+        without any, say so once and raise :class:`ClusterLost` once that has lasted
+        ``worker_wait`` seconds."""
+        if n > 0:
+            self._empty_since = None
+            return
+        now = time.monotonic()
+        if self._empty_since is None:
+            self._empty_since = now
+            self.notice(
+                f"no worker in the cluster at {self.where}; waiting up to "
+                f"{self.worker_wait:g} s for one to join"
+            )
+        elif now - self._empty_since >= self.worker_wait:
+            raise ClusterLost(
+                f"the cluster at {self.where} has had no worker for "
+                f"{self.worker_wait:g} s",
+                self.address,
+            )
+
+    def watch(self, what: str) -> Watch:
+        """A :class:`Watch` for one wait on this engine."""
+        return Watch(self, what)
+
+    def wait_for_workers(self, n: int = 1) -> int:
+        """Wait until the cluster has at least ``n`` workers and return how many it
+        has: while it has none, saying so once, and :class:`ClusterLost` after
+        ``worker_wait`` seconds; with some but fewer than ``n``, going on with them
+        after ``worker_wait`` seconds."""
+        have = self.n_workers
+        if have >= n:
+            return have
+        if have:
+            self.notice(
+                f"{have} of {n} workers at {self.where}; waiting up to "
+                f"{self.worker_wait:g} s for the others"
+            )
+        deadline = time.monotonic() + self.worker_wait
+        while True:
+            self.check_cluster()  # says so, then gives up, while there are none
+            have = self.n_workers
+            if have >= n:
+                return have
+            if have and time.monotonic() >= deadline:
+                self.notice(f"going on with {have} worker{'s' * (have != 1)}")
+                return have
+            time.sleep(POLL_SECONDS)
 
     def worker_memory_limits(self) -> list[int | None]:
         """Each worker's memory limit in bytes (None: no limit known)."""
@@ -110,9 +236,15 @@ class Engine(ABC):
 
     @abstractmethod
     def map(
-        self, fn: Callable, args_list: Sequence[tuple], *, retries: int = 3
+        self,
+        fn: Callable,
+        args_list: Sequence[tuple],
+        *,
+        retries: int = 3,
+        what: str = "tasks",
     ) -> Iterator[tuple[int, object]]:
-        """Yield ``(index, result or TaskError)`` as the tasks finish."""
+        """Yield ``(index, result or TaskError)`` as the tasks finish (``what`` names
+        them in the engine's notices)."""
 
     def warm_up(self, fn: Callable, *args) -> None:
         """Run ``fn(*args)`` once on every worker (imports, compiled kernels loaded
@@ -132,6 +264,7 @@ class Engine(ABC):
         *,
         in_flight: int,
         retries: int = 3,
+        what: str = "tasks",
     ) -> Iterator[tuple[object, object]]:
         """Yield ``(key, result or TaskError)`` as tasks finish, where the tasks are
         made as they can start: ``next_task()`` returns ``(key, args)`` for
@@ -151,6 +284,7 @@ class Engine(ABC):
         *,
         retries: int = 3,
         sizes: list | None = None,
+        what: str = "tasks",
     ) -> Iterator[tuple[int, object]]:
         """As :meth:`map`, with consecutive short tasks run together as one engine
         task of about ``target_seconds`` of work, to amortise the engine's cost per
@@ -186,7 +320,7 @@ class Engine(ABC):
             return range(a, a + size), (fn, items, self.resolve_in_batch)
 
         for idx, res in self.map_dynamic(
-            run_batch, next_batch, in_flight=2 * workers, retries=retries
+            run_batch, next_batch, in_flight=2 * workers, retries=retries, what=what
         ):
             for j, i in enumerate(idx):
                 if isinstance(res, TaskError):
@@ -200,12 +334,17 @@ class Engine(ABC):
                     yield i, r["value"]
 
     def run(
-        self, fn: Callable, args_list: Sequence[tuple], *, retries: int = 3
+        self,
+        fn: Callable,
+        args_list: Sequence[tuple],
+        *,
+        retries: int = 3,
+        what: str = "tasks",
     ) -> list:
         """The results of ``fn(*args)`` for every tuple, in order; the first failed task
         raises its :class:`TaskError`."""
         out: list = [None] * len(args_list)
-        for i, res in self.map(fn, args_list, retries=retries):
+        for i, res in self.map(fn, args_list, retries=retries, what=what):
             if isinstance(res, TaskError):
                 raise res
             out[i] = res
@@ -229,6 +368,10 @@ class Engine(ABC):
 
 def _failed(r: dict) -> bool:
     return "error" in r
+
+
+#: what :meth:`Pinned._collect` gives for a call whose worker or actor is gone
+LOST = object()
 
 
 def submit_while_free(
@@ -290,14 +433,18 @@ class Pinned:
     pool's life, so a worker's per-process cache (row groups decoded in an earlier
     round) serves the same slot's next task. On Dask and Ray a slot is an actor:
     calls go straight to its worker, without the scheduler's round trip a task pays
-    (Dask: ~13 -> ~6 ms a round of two 378 KB states on this machine). A call whose
-    worker is lost is run again as an ordinary task (with ``retries``, counted in
-    ``fallbacks``) and the slots are made again on the workers there are at the next
-    call, and again once the engine has more workers than slots while they are fewer
-    than at first (checked at most once a second); where no actor can be made at first,
-    the pool runs plain tasks (``kind``). An exception raised inside ``fn`` raises its
-    :class:`TaskError`, as :meth:`Engine.run` does. This base class (the local
-    engine's) runs :meth:`Engine.run`."""
+    (Dask: ~13 -> ~6 ms a round of two 378 KB states on this machine).
+
+    No call waits without an end: every wait polls (``POLL_SECONDS``), and a call
+    whose worker is lost (its actor gone, or its worker no longer in the cluster) is
+    run again as an ordinary task (with ``retries``, counted in ``fallbacks``): a task
+    is a pure function of its arguments, so the result is the same. The slots are made
+    again on the workers there are at the next call, and again once the engine has more
+    workers than slots while they are fewer than wanted (checked at most once a
+    second); a worker lost while its slot is being made is left out. Where no actor can
+    be made at first, the pool runs plain tasks (``kind``). An exception raised inside
+    ``fn`` raises its :class:`TaskError`, as :meth:`Engine.run` does. This base class
+    (the local engine's) runs :meth:`Engine.run`."""
 
     #: how calls reach the workers: "tasks" (ordinary engine tasks) or "actors"
     kind = "tasks"
@@ -306,7 +453,7 @@ class Pinned:
         self.engine = engine
         self.fallbacks = 0
         self._slots: list | None = None  # one handle a slot, made on first use
-        self._size: int | None = None  # how many there were at first
+        self._size: int | None = None  # how many are wanted (the workers at first)
         self._retry_at = 0.0
 
     @property
@@ -315,16 +462,23 @@ class Pinned:
         return len(self._slots or [])
 
     def _open(self) -> list:
-        """One handle a worker slot (engines with actors); [] for plain tasks."""
+        """One handle a worker slot, for the workers there are now, leaving out any
+        lost while its slot is made (engines with actors); [] for plain tasks."""
         return []
 
     def _submit(self, slot, fn: Callable, args: tuple):
-        """Start ``run_batch(fn, [args])`` on ``slot``; a handle for :meth:`_result`."""
+        """Start ``run_batch(fn, [args])`` on ``slot``; a handle for :meth:`_collect`."""
         raise NotImplementedError
 
-    def _result(self, handle) -> list[dict]:
-        """What :meth:`_submit` started; raises if the slot's worker was lost."""
+    def _collect(self, handles: dict, timeout: float) -> dict:
+        """Wait up to ``timeout`` seconds for any of ``handles`` (key -> handle) and
+        return the finished ones: key -> ``run_batch``'s list, or :data:`LOST` where
+        the call could not complete (its worker or actor is gone)."""
         raise NotImplementedError
+
+    def _gone(self, slots: list) -> set:
+        """The indices (into ``slots``) of slots whose worker has left the cluster."""
+        return set()
 
     def _close_slots(self, slots: list, lost: bool) -> None:
         """Let go of ``slots`` (``lost``: a worker of theirs was lost)."""
@@ -336,38 +490,55 @@ class Pinned:
         *,
         slots: Sequence[int] | None = None,
         retries: int = 3,
+        what: str = "tasks",
     ) -> list:
         """The results of ``fn(*args)`` for every tuple, in order; task i on slot
-        ``slots[i]`` (default i); the first failed task raises its TaskError."""
+        ``slots[i]`` (default i); the first failed task raises its TaskError.
+        ``what`` names the call in the engine's notices (e.g. "round 12")."""
         if not self._ready():
-            return self.engine.run(fn, args_list, retries=retries)
+            return self.engine.run(fn, args_list, retries=retries, what=what)
         slots = range(len(args_list)) if slots is None else slots
-        n = len(self._slots)
-        handles: list = []
-        for k, args in zip(slots, args_list, strict=True):
+        mine = self._slots
+        n = len(mine)
+        pending: dict = {}  # task -> (slot index, handle)
+        lost: list = []
+        for i, (k, args) in enumerate(zip(slots, args_list, strict=True)):
             try:
-                handles.append(self._submit(self._slots[k % n], fn, args))
+                pending[i] = (k % n, self._submit(mine[k % n], fn, args))
+            except ClusterLost:
+                raise
             except Exception:  # noqa: BLE001 - a slot known lost: run it elsewhere
-                handles.append(None)
-        out: list = [None] * len(args_list)
-        lost = []
-        for i, h in enumerate(handles):
-            r = None
-            if h is not None:
-                try:
-                    (r,) = self._result(h)
-                except Exception:  # noqa: BLE001 - the worker is gone: run it elsewhere
-                    pass
-            if r is None:
                 lost.append(i)
+        out: list = [None] * len(args_list)
+        watch = self.engine.watch(what)
+        while pending:
+            got = self._collect({i: h for i, (_, h) in pending.items()}, POLL_SECONDS)
+            for i, r in got.items():
+                del pending[i]
+                if r is LOST:
+                    lost.append(i)
+                    continue
+                (r,) = r
+                if _failed(r):
+                    raise TaskError(r["error"], r["tb"])
+                out[i] = r["value"]
+            if got:
+                watch.progress()
                 continue
-            if _failed(r):
-                raise TaskError(r["error"], r["tb"])
-            out[i] = r["value"]
+            gone = self._gone(mine)
+            for i in [i for i, (s, _) in pending.items() if s in gone]:
+                del pending[i]
+                lost.append(i)
+            if pending:
+                watch.idle(len(pending))
         if lost:
+            self.engine.check_cluster()  # the whole cluster, or only a worker?
+            lost.sort()
             self.fallbacks += len(lost)
             self._drop(lost=True)  # made again on the workers there are, next call
-            again = self.engine.run(fn, [args_list[i] for i in lost], retries=retries)
+            again = self.engine.run(
+                fn, [args_list[i] for i in lost], retries=retries, what=what
+            )
             for i, res in zip(lost, again, strict=True):
                 out[i] = res
         return out
@@ -386,12 +557,15 @@ class Pinned:
             if self.engine.n_workers <= len(slots):
                 return slots
         self._drop(lost=slots is not None)
+        want = self.engine.n_workers
         try:
             self._slots = self._open()
+        except ClusterLost:
+            raise
         except Exception:  # noqa: BLE001 - no actors here: plain tasks
             self._slots = []
         if self._size is None:
-            self._size = len(self._slots)
+            self._size = max(want, len(self._slots)) if self._slots else 0
             if not self._slots:
                 self.kind = "tasks"
         self._retry_at = now + 1.0

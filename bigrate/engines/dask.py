@@ -5,18 +5,29 @@ dies is recomputed on another worker by the scheduler (up to its
 ``distributed.scheduler.allowed-failures`` times, 3 by default); an exception raised
 inside a task is not retried. Shared data goes to every
 worker once (``put`` scatters it with ``broadcast=True``).
+
+Every wait polls (see :mod:`bigrate.engines.base`): a scheduler that stops answering
+(the client no longer connected after a few seconds, or a new scheduler at the same
+address) is :class:`~bigrate.engines.base.ClusterLost`, as is a cluster without a
+worker for ``worker_wait`` seconds.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import traceback
+from dataclasses import dataclass
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from bigrate.engines.base import (
     DEFAULT_TIMEOUT,
+    DEFAULT_WORKER_WAIT,
+    LOST,
+    POLL_SECONDS,
+    ClusterLost,
     Engine,
     EngineConnectError,
     Pinned,
@@ -25,6 +36,9 @@ from bigrate.engines.base import (
     submit_while_free,
     wait_reachable,
 )
+
+#: seconds a client may stay disconnected from its scheduler before it counts as lost
+RECONNECT_SECONDS = 5.0
 
 _HEARTBEAT_LOST = "Failed to communicate with scheduler during heartbeat"
 
@@ -79,6 +93,9 @@ class DaskEngine(Engine):
     timeout : float
         Seconds to reach the scheduler at ``address`` before giving up with
         :class:`~bigrate.engines.base.EngineConnectError`.
+    worker_wait : float
+        Seconds the cluster may have no worker before a wait gives up with
+        :class:`~bigrate.engines.base.ClusterLost`.
     dashboard : bool
         Serve the dashboard of the embedded cluster on 127.0.0.1 (random port).
     """
@@ -94,9 +111,13 @@ class DaskEngine(Engine):
         dashboard: bool = True,
         quiet: bool = True,
         timeout: float = DEFAULT_TIMEOUT,
+        worker_wait: float = DEFAULT_WORKER_WAIT,
     ):
         self.cluster = None
         self._dashboard = dashboard
+        self.address = address or None
+        self.worker_wait = float(worker_wait)
+        self._empty_since = None
         if address:
             wait_reachable(address, 8786, timeout, "Dask scheduler")
         from dask.distributed import Client, LocalCluster
@@ -137,6 +158,7 @@ class DaskEngine(Engine):
                 )
             self.client = Client(self.cluster)
             self.client.register_plugin(_OneLineHeartbeats())
+        self._scheduler_id = self.client.scheduler_info().get("id")
         self._known = self._worker_ids()
 
     @property
@@ -147,6 +169,28 @@ class DaskEngine(Engine):
             return self.client.dashboard_link
         except Exception:  # noqa: BLE001 - no dashboard is fine
             return None
+
+    def check_cluster(self) -> None:
+        """:class:`ClusterLost` if the scheduler stopped answering (the client not
+        connected again within ``RECONNECT_SECONDS``) or was replaced by another one
+        (whatever it held is gone), or the cluster has had no worker for
+        ``worker_wait`` seconds."""
+        c = self.client
+        t = time.monotonic()
+        while c.status == "connecting" and time.monotonic() - t < RECONNECT_SECONDS:
+            time.sleep(0.2)
+        if c.status != "running":
+            raise ClusterLost(
+                f"the Dask scheduler at {self.where} was lost", self.address
+            )
+        info = c.scheduler_info()
+        if info.get("id") != self._scheduler_id:
+            raise ClusterLost(
+                f"the Dask scheduler at {self.where} was restarted (the work it held "
+                "is gone)",
+                self.address,
+            )
+        self._note_workers(len(info["workers"]))
 
     def workers(self) -> list[str]:
         return sorted(self.client.scheduler_info()["workers"])
@@ -182,30 +226,60 @@ class DaskEngine(Engine):
 
     def put(self, obj):
         """Send ``obj`` to every worker once; tasks receive it by reference."""
-        return self.client.scatter(obj, broadcast=True, hash=False)
+        return self.client.scatter(
+            obj, broadcast=True, hash=False, timeout=self.worker_wait
+        )
+
+    def _submit(self, fn, *args, worker: str | None = None):
+        kw = {"workers": [worker], "allow_other_workers": False} if worker else {}
+        return self.client.submit(fn, *args, pure=False, retries=0, **kw)
+
+    def _outcome(self, fut):
+        """A finished future's result, or its failure as a TaskError (a future
+        cancelled because the scheduler went away: :class:`ClusterLost`)."""
+        try:
+            return fut.result()
+        except Exception as e:  # noqa: BLE001 - recorded per task
+            if fut.status == "cancelled" or "Cancelled" in type(e).__name__:
+                self.check_cluster()
+            tb = "".join(traceback.format_exception(e))
+            return TaskError(f"{type(e).__name__}: {e}", tb)
 
     def warm_up(self, fn, *args) -> None:
-        """``fn(*args)`` on every worker now connected (Client.run)."""
-        self.client.run(fn, *args)
+        """``fn(*args)`` once on every worker connected now, as a task held to that
+        worker; a worker lost meanwhile is left out. A failing ``fn`` raises its
+        :class:`TaskError`."""
+        pending = {w: self._submit(fn, *args, worker=w) for w in self.workers()}
+        watch = self.watch("warm-up")
+        while pending:
+            done = _wait_some(list(pending.values()))
+            for w in [w for w, f in pending.items() if f in done]:
+                res = self._outcome(pending.pop(w))
+                if isinstance(res, TaskError):
+                    raise res
+            if done:
+                watch.progress()
+                continue
+            live = set(self.workers())
+            for w in [w for w in pending if w not in live]:
+                pending.pop(w).cancel()
+            if pending:
+                watch.idle(len(pending))
 
-    def map(self, fn, args_list, *, retries: int = 3):
+    def map(self, fn, args_list, *, retries: int = 3, what: str = "tasks"):
         """Yield (index, result or TaskError) as tasks finish. A task whose worker dies
         is recomputed on another worker; an exception inside it is not retried."""
         from dask.distributed import as_completed
 
-        futures = [
-            self.client.submit(fn, *args, pure=False, retries=0) for args in args_list
-        ]
+        futures = [self._submit(fn, *args) for args in args_list]
         index = {f.key: i for i, f in enumerate(futures)}
-        for fut in as_completed(futures):
-            i = index[fut.key]
-            try:
-                yield i, fut.result()
-            except Exception as e:  # noqa: BLE001 - recorded per task
-                tb = "".join(traceback.format_exception(e))
-                yield i, TaskError(f"{type(e).__name__}: {e}", tb)
+        running = as_completed(futures)
+        for fut in self._as_done(running, what):
+            yield index[fut.key], self._outcome(fut)
 
-    def map_dynamic(self, fn, next_task, *, in_flight: int, retries: int = 3):
+    def map_dynamic(
+        self, fn, next_task, *, in_flight: int, retries: int = 3, what: str = "tasks"
+    ):
         """Yield (key, result or TaskError) as tasks finish, submitting the next ones
         from ``next_task()`` as slots free up (see the engine interface)."""
         from dask.distributed import as_completed
@@ -214,20 +288,36 @@ class DaskEngine(Engine):
         running = as_completed()
 
         def submit(args):
-            fut = self.client.submit(fn, *args, pure=False, retries=0)
+            fut = self._submit(fn, *args)
             running.add(fut)
             return fut.key
 
         submit_while_free(pending, in_flight, next_task, submit)
-        for fut in running:
+        for fut in self._as_done(running, what):
             key = pending.pop(fut.key)
-            try:
-                res = fut.result()
-            except Exception as e:  # noqa: BLE001 - recorded per task
-                tb = "".join(traceback.format_exception(e))
-                res = TaskError(f"{type(e).__name__}: {e}", tb)
-            yield key, res
+            yield key, self._outcome(fut)
             submit_while_free(pending, in_flight, next_task, submit)
+
+    def _as_done(self, running, what: str):
+        """The futures of the ``as_completed`` ``running`` as they finish, looking up
+        every ``POLL_SECONDS`` (the cluster checked, a stall reported)."""
+        watch = self.watch(what)
+        looked = time.monotonic()
+        while True:
+            while not running.has_ready():
+                if running.is_empty():
+                    return
+                with running.thread_condition:  # as as_completed's own iteration
+                    running.thread_condition.wait(timeout=0.1)
+                if (
+                    time.monotonic() - looked >= POLL_SECONDS
+                    and not running.has_ready()
+                ):
+                    watch.idle(running.count())
+                    looked = time.monotonic()
+            watch.progress()
+            looked = time.monotonic()
+            yield next(running)
 
     def pinned(self) -> Pinned:
         """Worker slots as Dask actors, one on each worker now connected (see
@@ -235,30 +325,111 @@ class DaskEngine(Engine):
         return _DaskPinned(self)
 
     def close(self) -> None:
-        self.client.close()
+        # a client whose scheduler is gone logs its cancelled reconnection as a
+        # traceback while it closes: the loss was reported already, in one line
+        lost = self.client.status != "running"
+        logs = [
+            logging.getLogger(n) for n in ("distributed.client", "distributed.utils")
+        ]
+        levels = [log.level for log in logs]
+        if lost:
+            for log in logs:
+                log.setLevel(logging.CRITICAL)
+        try:
+            self.client.close(timeout=RECONNECT_SECONDS)
+        finally:
+            for log, level in zip(logs, levels, strict=True):
+                log.setLevel(level)
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _wait_some(futures: list, timeout: float = POLL_SECONDS) -> set:
+    """The futures of ``futures`` finished within ``timeout`` seconds (at least one
+    unless the time runs out)."""
+    from dask.distributed import wait
+
+    try:
+        done, _ = wait(futures, timeout=timeout, return_when="FIRST_COMPLETED")
+    except TimeoutError:
+        return set()
+    return set(done)
+
+
+@dataclass
+class _DaskSlot:
+    actor: object  # the Slot actor's handle
+    worker: str  # the address of the worker it lives on
+    worker_id: str  # that worker process's id (a restarted worker has a new one)
+    future: object  # the actor's future: the actor lives while it does
 
 
 class _DaskPinned(Pinned):
     kind = "actors"
 
+    #: seconds to wait for a worker's slot to be made before going on without it
+    OPEN_SECONDS = DEFAULT_TIMEOUT
+
     def _open(self) -> list:
-        client = self.engine.client
-        futures = [
-            client.submit(Slot, None, actor=True, workers=[w], pure=False)
-            for w in self.engine.workers()
-        ]
-        self._futures = futures  # the actors live while their futures do
-        return [f.result() for f in futures]
+        """A Slot actor on each worker connected now, each held to its worker; a
+        worker lost while its slot is being made (or slower than ``OPEN_SECONDS``) is
+        left out."""
+        eng = self.engine
+        ids = eng._worker_ids()  # worker id -> address
+        futures = {
+            wid: eng.client.submit(Slot, None, actor=True, workers=[addr],
+                                   allow_other_workers=False, pure=False)
+            for wid, addr in ids.items()
+        }  # fmt: skip
+        watch = eng.watch("making the worker slots")
+        deadline = time.monotonic() + self.OPEN_SECONDS
+        while time.monotonic() < deadline:
+            pending = [f for f in futures.values() if not f.done()]
+            if not pending:
+                break
+            if _wait_some(pending):
+                watch.progress()
+                continue
+            live = eng._worker_ids()
+            for wid in [
+                w for w, f in futures.items() if w not in live and not f.done()
+            ]:
+                futures.pop(wid).cancel()
+            watch.idle(len(pending))
+        slots = []
+        for wid, f in futures.items():
+            try:
+                if f.status == "finished":
+                    slots.append(_DaskSlot(f.result(timeout=POLL_SECONDS * 5), ids[wid],
+                                           wid, f))  # fmt: skip
+                    continue
+            except Exception:  # noqa: BLE001 - its worker went away just now
+                pass
+            f.cancel()
+        return slots
 
     def _submit(self, slot, fn, args):
-        return slot.run(fn, args)
+        return slot.actor.run(fn, args)
 
-    def _result(self, handle):
-        return handle.result()
+    def _collect(self, handles: dict, timeout: float) -> dict:
+        if not any(h.done() for h in handles.values()):
+            try:  # the first one (all are needed; the others finish meanwhile)
+                next(iter(handles.values())).result(timeout=timeout)
+            except Exception:  # noqa: BLE001 - timed out, or failed: looked at below
+                pass
+        out = {}
+        for i, h in handles.items():
+            if h.done():
+                try:
+                    out[i] = h.result()
+                except Exception:  # noqa: BLE001 - its worker is gone
+                    out[i] = LOST
+        return out
+
+    def _gone(self, slots: list) -> set:
+        live = self.engine._worker_ids()
+        return {j for j, s in enumerate(slots) if s.worker_id not in live}
 
     def _close_slots(self, slots, lost) -> None:
-        futures, self._futures = getattr(self, "_futures", []), []
-        for f in futures:
-            f.release()
+        for s in slots:
+            s.future.release()

@@ -15,6 +15,6 @@ class LocalEngine(Engine):
     def n_workers(self) -> int:
         return 1
 
-    def map(self, fn, args_list, *, retries: int = 0):
+    def map(self, fn, args_list, *, retries: int = 0, what: str = "tasks"):
         for i, args in enumerate(args_list):
             yield i, _call(fn, args)

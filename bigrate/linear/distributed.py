@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from bigrate.data.reader import ShardedDataset
+from bigrate.engines.base import ClusterLost
 from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
 from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
 from bigrate.linear.sgd import KernelConfig, SGDState, merge_states, steps_from
@@ -181,6 +182,23 @@ def sgd_round(
     }
 
 
+def warm_steps(cfg: KernelConfig) -> dict:
+    """A task run once on every worker slot before the first round: the step kernels of
+    ``cfg`` loaded where it runs (from numba's cache, or compiled) by a few steps on a
+    tiny problem, so that the first round pays no more than the others; returns its
+    seconds and process id."""
+    import scipy.sparse as sp
+
+    from bigrate.linear.sampler import InMemorySampler
+
+    t = time.perf_counter()
+    X = sp.random(64, 8, density=0.5, format="csr", dtype=np.float32, random_state=0)
+    y = np.where(np.arange(64) % 2 == 0, 1, -1).astype(np.int8)
+    sampler = InMemorySampler(X.tocsr(), y, cfg.mode, 0)
+    steps_from(cfg, SGDState(np.zeros(8), 0.0, 1.0, 0.0), sampler, 16, np.zeros(6))
+    return {"seconds": time.perf_counter() - t, "pid": os.getpid()}
+
+
 _TASK_PARTS = ("read_s", "gather_s", "steps_s", "setup_s")
 
 
@@ -268,6 +286,7 @@ def fit_distributed(
     dataset,
     engine,
     *,
+    workers: int | None = None,
     rounds_per_epoch: int = 4,
     retries: int = 3,
     progress: bool = True,
@@ -282,6 +301,12 @@ def fit_distributed(
     shards of ``dataset`` with the workers of ``engine`` (any engine of
     :func:`bigrate.engines.open_engine`). Returns the estimator.
 
+    ``workers``: the number of shares the data is dealt into, one worker task each a
+    round (default: the checkpoint's when resuming, else the engine's workers now). The
+    model depends on it, not on the workers that run the tasks: task k of a round goes
+    to worker slot k modulo the slots there are (the engine's pinned pool), so a worker
+    lost, or a resume on another cluster, gives the same model.
+
     ``on_round(round_index, engine)`` is called after every round (for monitoring).
     ``cache_mb``: decoded row groups each worker keeps across rounds (default: 25% of
     the smallest worker memory limit, or 1 GiB where workers have none); what does not
@@ -292,7 +317,8 @@ def fit_distributed(
     the last finished round when the fit is interrupted (KeyboardInterrupt) or a round
     fails; :func:`save_snapshot` writes one. ``resume=`` a :class:`Snapshot` continues
     after its round: the final model is the one an uninterrupted fit with the same seed
-    and engine gives.
+    and ``workers`` gives. A lost cluster (:class:`~bigrate.engines.base.ClusterLost`)
+    is raised with ``at`` naming the round it was lost at.
 
     Examples
     --------
@@ -306,9 +332,9 @@ def fit_distributed(
     est = estimator
     plan, st = est.start_stream(ds)
     cfg = plan.cfg
-    n_w = engine.n_workers
-    if n_w == 0:
-        raise RuntimeError(f"the {engine.name} engine has no workers")
+    if workers is None and resume is not None:
+        workers = int(resume.schedule["workers"])
+    n_w = int(workers) if workers else engine.wait_for_workers(1)
     if cache_mb is None:
         limits = [m or 0 for m in engine.worker_memory_limits()]
         cache_mb = 0.25 * min(limits) / 2**20 if limits and min(limits) > 0 else 1024.0
@@ -361,8 +387,8 @@ def fit_distributed(
         if resume.schedule != schedule:
             raise ValueError(
                 f"the checkpoint was made with schedule {resume.schedule}, this fit "
-                f"has {schedule}: resume on the same engine size with the same "
-                "parameters (or start the run again)"
+                f"has {schedule}: resume with the checkpoint's workers (shares) and "
+                "the same parameters (or start the run again)"
             )
         st, rnd = resume.state, resume.round
         stats, n_tasks = resume.epoch_stats.copy(), resume.epoch_tasks
@@ -381,6 +407,10 @@ def fit_distributed(
     # the other worker re-read its row groups there), straight to it (actors)
     pool = engine.pinned()
     try:
+        # every slot's process loads the step kernels before the first round
+        tw = time.perf_counter()
+        warm = pool.run(warm_steps, [(cfg,)] * n_w, what="warm-up")
+        warm_s = (time.perf_counter() - tw, max(w["seconds"] for w in warm))
         while rnd < est.epochs * rounds_per_epoch:
             epoch, r = divmod(rnd, rounds_per_epoch)
             tr = time.perf_counter()
@@ -404,7 +434,9 @@ def fit_distributed(
                     f"{ds.path}: no worker holds row groups of both classes"
                 )
             tw = time.perf_counter()
-            results = pool.run(sgd_round, args, slots=slots, retries=retries)
+            results = pool.run(
+                sgd_round, args, slots=slots, retries=retries, what=f"round {rnd + 1}"
+            )
             tm = time.perf_counter()
             new = merge_states([res["state"] for res in results])
             round_stats = sum(res["stats"] for res in results)
@@ -438,7 +470,9 @@ def fit_distributed(
             ):
                 checkpoint(snapshot())
                 last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
-    except BaseException:
+    except BaseException as e:
+        if isinstance(e, ClusterLost) and e.at is None:
+            e.at = f"round {rnd + 1}"
         if checkpoint is not None and rnd > last_ckpt_round:
             checkpoint(snapshot())  # the last finished round, for resume
         raise
@@ -454,6 +488,9 @@ def fit_distributed(
         "steps_per_round": steps,
         "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
         "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
+        # the warm-up's wall time (making the slots included) and its slowest task
+        "warm_s": warm_s[0],
+        "warm_task_s": warm_s[1],
         **_round_costs(timing, st),
     }
     return est

@@ -8,8 +8,9 @@ import time
 from contextlib import contextmanager, nullcontext
 
 from bigrate.data.reader import ShardedDataset
+from bigrate.engines import ClusterLost
 from bigrate.engines import open_engine as _open
-from bigrate.metrics import evaluate_split, rate_target
+from bigrate.metrics import rate_target
 from bigrate.model_selection.sweep import (
     SharedFolds,
     c_chains,
@@ -24,6 +25,7 @@ from bigrate.model_selection.sweep import (
 from bigrate.model_selection.sweep import run_sweep as _sweep
 from bigrate.rundir import RunDir
 from bigrate.runner import interrupt
+from bigrate.runner.evaluate import evaluate
 from bigrate.runner.modelio import TrainedModel, save_trained
 from bigrate.runner.registry import entry, make_estimator, name_of
 from bigrate.runner.spec import JobSpec
@@ -35,31 +37,53 @@ def _say(msg: str) -> None:
 
 @contextmanager
 def open_engine(spec: JobSpec, run: RunDir | None = None, progress: bool = True):
-    """The job's engine: embedded on 127.0.0.1, or connected to ``spec.address``."""
+    """The job's engine, embedded on 127.0.0.1 or connected to ``spec.address``, and
+    the number of workers it starts with (at the address: waited for, up to
+    ``spec.workers`` or at least one, for ``spec.worker_wait`` seconds). The engine's
+    notices (a stall, waiting for workers) are console lines and ``notice`` events."""
     t = time.perf_counter()
     eng = _open(
-        spec.engine, spec.address or None, n_workers=spec.workers, timeout=spec.timeout
-    )
-    startup = time.perf_counter() - t
-    link = eng.dashboard_link
-    if progress and spec.engine != "local":
-        where = spec.address or "embedded, 127.0.0.1"
-        _say(
-            f"{spec.engine} engine ({where}) ready in {startup:.1f}s"
-            + (f"; dashboard {link}" if link else "")
-        )
-    if run is not None:
-        run.event(
-            "engine_started",
-            engine=spec.engine,
-            address=spec.address,
-            seconds=startup,
-            dashboard=link,
-        )
+        spec.engine, spec.address or None, n_workers=spec.workers,
+        timeout=spec.timeout, worker_wait=spec.worker_wait,
+    )  # fmt: skip
     try:
-        yield eng
+        eng.on_notice = _notices(run, progress)
+        workers = (
+            eng.wait_for_workers(spec.workers or 1) if spec.address else eng.n_workers
+        )
+        startup = time.perf_counter() - t
+        link = eng.dashboard_link
+        if progress and spec.engine != "local":
+            where = spec.address or "embedded, 127.0.0.1"
+            _say(
+                f"{spec.engine} engine ({where}) ready in {startup:.1f}s with "
+                f"{workers} worker{'s' * (workers != 1)}"
+                + (f"; dashboard {link}" if link else "")
+            )
+        if run is not None:
+            run.event(
+                "engine_started",
+                engine=spec.engine,
+                address=spec.address,
+                workers=workers,
+                seconds=startup,
+                dashboard=link,
+            )
+        yield eng, workers
     finally:
         eng.close()
+
+
+def _notices(run: RunDir | None, progress: bool):
+    """Where an engine's notices go: a console line and a ``notice`` event."""
+
+    def notice(message: str) -> None:
+        if run is not None:
+            run.event("notice", message=message)
+        if progress:
+            _say(message)
+
+    return notice
 
 
 def _cluster_events(eng, run: RunDir | None, progress: bool):
@@ -87,17 +111,14 @@ def _cluster_events(eng, run: RunDir | None, progress: bool):
     return poll
 
 
-def evaluate_model(est, ds: ShardedDataset, splits, score=None) -> dict:
-    """:func:`bigrate.metrics.rate_metrics` of a fitted model on each split of ``ds``
-    that exists, against the model's own rate target. ``score`` (default: the model's
-    decision_function) maps a block of rows of ``ds`` to scores."""
+def evaluate_model(est, ds: ShardedDataset, splits, score=None, engine=None) -> dict:
+    """The rate metrics of a fitted model on each split of ``ds`` that exists, against
+    the model's own rate target (:mod:`bigrate.runner.evaluate`: on ``engine``'s
+    workers, or in this process). ``score`` (default: the model's decision_function)
+    maps a block of rows of ``ds`` to scores."""
     target = rate_target(est.get_params())
     score = est.decision_function if score is None else score
-    return {
-        split: evaluate_split(score, ds, split, **target)
-        for split in splits
-        if split in ds.splits
-    }
+    return evaluate(score, ds, splits, target, engine)
 
 
 def fit_full(est, dataset_path: str):
@@ -108,8 +129,8 @@ def fit_full(est, dataset_path: str):
 def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
     """Fit ``est`` on the train split of ``ds`` with engine ``eng``: streaming learners
     by the rounds of :func:`bigrate.linear.fit_distributed` on every engine (each worker
-    reads its own shards; ``ckpt``: its checkpoint arguments), the others as one task on
-    a cluster or in this process."""
+    reads its own shards; ``ckpt``: its checkpoint arguments and ``workers``, the
+    shares of the data), the others as one task on a cluster or in this process."""
     streams = entry(name_of(est)).streams if name_of(est) else False
     if streams:
         from bigrate.linear.distributed import fit_distributed
@@ -117,7 +138,7 @@ def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
         return fit_distributed(est, ds, eng, progress=progress, **ckpt)
     if eng.name == "local":
         return est.fit(ds)
-    return eng.run(fit_full, [(est, ds.path)])[0]
+    return eng.run(fit_full, [(est, ds.path)], what="the fit")[0]
 
 
 def _checkpoints(spec: JobSpec, run: RunDir) -> dict:
@@ -156,45 +177,85 @@ def checkpoint_round(run: RunDir) -> int | None:
 
 
 def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
-         run: RunDir | None = None, on_round=None):  # fmt: skip
+         run: RunDir | None = None, on_round=None, workers: int | None = None):  # fmt: skip
+    """Fit the job's estimator with ``params``; streaming learners deal the data into
+    ``workers`` shares (a resumed fit: its checkpoint's) and checkpoint into ``run``."""
     est = make_estimator(spec.estimator, params)
+    if not entry(spec.estimator).streams:
+        return fit_on_engine(est, ds, eng, progress)
     ckpt = {}
-    if run is not None and entry(spec.estimator).streams:
+    if run is not None:
         ckpt = {**_checkpoints(spec, run), "on_round": on_round}
+    if ckpt.get("resume") is None:
+        ckpt["workers"] = workers
     return fit_on_engine(est, ds, eng, progress, **ckpt)
 
 
-def _finish_model(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, extra: dict):
+def _save_model(run: RunDir, est, ds: ShardedDataset, **info) -> None:
+    """The fitted model into ``run/model`` (a ``model_saved`` event with ``info``)."""
     save_trained(est, run.path / "model", ds)
-    ev = evaluate_model(est, ds, ds.splits)
+    run.event("model_saved", path="model", **info)
+
+
+def _evaluate_into(run: RunDir, est, ds: ShardedDataset, eng, extra: dict) -> dict:
+    """The model's rate metrics on every split (on ``eng``'s workers), with ``extra``,
+    into ``metrics.json`` (an ``evaluated`` event)."""
+    ev = evaluate_model(est, ds, ds.splits, engine=eng)
     metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
                "history": getattr(est, "history_", []), **extra}  # fmt: skip
     run.write_json("metrics.json", metrics)
-    run.event("model_saved", path="model", evaluation=ev)
+    run.event("evaluated", evaluation=ev)
     return metrics
 
 
+def _trained(run: RunDir) -> tuple | None:
+    """``(model, seconds)`` of a model this run finished training before it stopped
+    (saved, then its ``train_finished`` event), or None."""
+    done = next(
+        (e for e in reversed(run.events()) if e["event"] == "train_finished"), None
+    )
+    if done is None or not (run.path / "model" / "model.json").exists():
+        return None
+    from bigrate.io import load_model
+
+    return load_model(run.path / "model"), done["seconds"]
+
+
 def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
+    """Fit the job's estimator on the train split (a streaming learner by checkpointed
+    rounds), save the model, evaluate it on every split; a run resumed after the model
+    was saved only evaluates it."""
     ds = ShardedDataset(spec.data)
     params = {"random_state": 0, **spec.params}
-    with open_engine(spec, run, progress) as eng:
-        t = time.perf_counter()
-        run.event("train_started", params=params)
+    with open_engine(spec, run, progress) as (eng, workers):
         events = _cluster_events(eng, run, progress)
+        trained = _trained(run)
+        if trained is not None:
+            est, fit_s = trained
+            if progress:
+                _say("the model was trained and saved before; evaluating it")
+        else:
+            t = time.perf_counter()
+            run.event("train_started", params=params)
 
-        def on_round(*_):
-            events()
-            interrupt.check()  # a Ctrl-C during the round stops here
+            def on_round(*_):
+                events()
+                interrupt.check()  # a Ctrl-C during the round stops here
 
-        # streaming fits stop between rounds on Ctrl-C (interrupt.deferred); any
-        # other fit is one long call and stops at once
-        rounds = entry(spec.estimator).streams
-        with interrupt.deferred() if rounds else nullcontext():
-            est = _fit(spec, params, ds, eng, progress, run, on_round=on_round)
-        events(force=True)  # a worker lost in the last round
-        fit_s = time.perf_counter() - t
-    run.event("train_finished", seconds=fit_s)
-    return _finish_model(spec, run, est, ds, {"fit_seconds": fit_s, "params": params})
+            # streaming fits stop between rounds on Ctrl-C (interrupt.deferred); any
+            # other fit is one long call and stops at once
+            rounds = entry(spec.estimator).streams
+            with interrupt.deferred() if rounds else nullcontext():
+                est = _fit(spec, params, ds, eng, progress, run, on_round, workers)
+            events(force=True)  # a worker lost in the last round
+            fit_s = time.perf_counter() - t
+            _save_model(run, est, ds)
+            run.event("train_finished", seconds=fit_s)
+        metrics = _evaluate_into(
+            run, est, ds, eng, {"fit_seconds": fit_s, "params": params}
+        )
+        events(force=True)  # a worker lost during the evaluation
+    return metrics
 
 
 def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
@@ -209,12 +270,14 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         raise ValueError(f'sweep.cv = "val" but {ds.path} has no val split')
     cls = entry(spec.estimator).load()
     defaults = cls().get_params()
-    with open_engine(spec, run, progress) as eng:
+    with open_engine(spec, run, progress) as (eng, workers):
         events = _cluster_events(eng, run, progress)
         t = time.perf_counter()
         try:  # imports and compiled kernels loaded on every worker before the sweep
             eng.warm_up(warm_task, cls, {**base, **points[0]}, ds.n_features)
             run.event("engine_warm", seconds=time.perf_counter() - t)
+        except ClusterLost:
+            raise
         except Exception as e:  # noqa: BLE001 - the sweep's own tasks will say why
             run.event(
                 "engine_warm", seconds=time.perf_counter() - t, error=str(e)[:500]
@@ -268,21 +331,15 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             )
         params = {**base, **best["params"]}
         t = time.perf_counter()
-        est = _fit(spec, params, ds, eng, progress)
+        est = _fit(spec, params, ds, eng, progress, workers=workers)
         fit_s = time.perf_counter() - t
-    failed = sum(1 for r in run.results().values() if r["status"] != "ok")
-    return _finish_model(
-        spec,
-        run,
-        est,
-        ds,
-        {
-            "fit_seconds": fit_s,
-            "params": params,
-            "sweep": {"select": spec.select, "best": best, "points": table,
-                      "failed_tasks": failed},
-        },
-    )  # fmt: skip
+        _save_model(run, est, ds)
+        failed = sum(1 for r in run.results().values() if r["status"] != "ok")
+        sweep = {"select": spec.select, "best": best, "points": table,
+                 "failed_tasks": failed}  # fmt: skip
+        return _evaluate_into(
+            run, est, ds, eng, {"fit_seconds": fit_s, "params": params, "sweep": sweep}
+        )
 
 
 def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
@@ -294,12 +351,31 @@ def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         raise ValueError(
             f"evaluate.splits: {bad} not in {ds.path} (has {list(ds.splits)})"
         )
-    ev = evaluate_model(est, ds, spec.splits, score=model.scorer(ds))
+    with open_engine(spec, run, progress) as (eng, _):
+        ev = evaluate_model(est, ds, spec.splits, score=model.scorer(ds), engine=eng)
     metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
                "model": spec.model}  # fmt: skip
     run.write_json("metrics.json", metrics)
     run.event("evaluated", evaluation=ev)
     return metrics
+
+
+def lost_message(e: ClusterLost) -> str:
+    """One line for a run whose cluster was lost (``e`` as :func:`execute` raises it):
+    what was lost and when, what is saved, and the command that continues."""
+    import shlex
+
+    at = f" at {e.at}" if e.at else ""
+    if e.checkpoint is not None:
+        saved = f"the checkpoint after round {e.checkpoint} is saved"
+    elif getattr(e, "tasks_done", 0):
+        saved = f"{e.tasks_done} finished task(s) are saved"
+    else:
+        saved = "nothing was finished yet"
+    cmd = f"bigrate resume {shlex.quote(e.run_path)}"
+    if e.resume_address:
+        cmd += f" --address {shlex.quote(e.resume_address)}"
+    return f"{e}{at}; {saved}. Continue with: {cmd}"
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -340,6 +416,18 @@ def execute(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         ck = checkpoint_round(run)
         run.event("interrupted", checkpoint_round=ck, tasks_done=len(run.results()))
         raise RunInterrupted(run.path, ck) from None
+    except ClusterLost as e:
+        e.run_path, e.checkpoint = str(run.path), checkpoint_round(run)
+        e.tasks_done, e.resume_address = len(run.results()), spec.address
+        run.event(
+            "run_failed",
+            error=lost_message(e),
+            cluster_lost=True,
+            at=e.at,
+            checkpoint_round=e.checkpoint,
+            resumable=True,
+        )
+        raise
     except BaseException as e:
         run.event(
             "run_failed",

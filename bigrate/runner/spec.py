@@ -16,8 +16,12 @@ together as a :class:`JobSpecError`.
     [engine]
     name = "dask"                  # local | dask | ray
     address = ""                   # empty: embedded cluster on 127.0.0.1
-    workers = 2                    # embedded cluster size (optional)
+    workers = 2                    # embedded cluster size; with an address, the
+                                   # workers to wait for before starting (default 1)
     timeout = 30                   # seconds to reach the cluster at address
+    worker_wait = 120              # seconds a cluster may be without a worker (at the
+                                   # start, or after losing them all) before the job
+                                   # gives up
     [sweep]                        # kind = "sweep" only
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
@@ -54,7 +58,13 @@ _SCHEMA = {
     "job": {"kind": str, "name": str},
     "data": {"path": str},
     "model": {"estimator": str, "params": dict},
-    "engine": {"name": str, "address": str, "workers": int, "timeout": (int, float)},
+    "engine": {
+        "name": str,
+        "address": str,
+        "workers": int,
+        "timeout": (int, float),
+        "worker_wait": (int, float),
+    },
     "sweep": {
         "grid": dict,
         "cv": (int, str),
@@ -100,6 +110,7 @@ class JobSpec:
     address: str = ""
     workers: int | None = None
     timeout: float = 30.0
+    worker_wait: float = 120.0
     grid: dict = field(default_factory=dict)
     cv: int | str = "val"
     select: str = "J_val"
@@ -305,6 +316,9 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
     timeout = float(engine.get("timeout", 30.0))
     if not timeout > 0:
         problems.append(f"engine.timeout: must be > 0 seconds, got {timeout:g}")
+    worker_wait = float(engine.get("worker_wait", 120.0))
+    if not worker_wait > 0:
+        problems.append(f"engine.worker_wait: must be > 0 seconds, got {worker_wait:g}")
     ck_rounds = output.get("checkpoint_rounds", 20)
     if ck_rounds < 1:
         problems.append(f"output.checkpoint_rounds: must be >= 1, got {ck_rounds}")
@@ -394,6 +408,7 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         address=address,
         workers=workers,
         timeout=timeout,
+        worker_wait=worker_wait,
         grid=grid,
         cv=cv,
         select=select or "J_val",

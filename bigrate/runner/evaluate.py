@@ -1,0 +1,49 @@
+"""A model's rate metrics on the splits of a shard dataset: on the job's engine, one
+task per shard file (each worker reads its files where it runs; only labels and scores
+come back), or in this process. Both give the same numbers: the scores are gathered in
+the order :meth:`~bigrate.data.reader.ShardedDataset.iter_batches` reads the files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bigrate.data.reader import ShardedDataset
+from bigrate.metrics import evaluate_split, rate_metrics
+
+#: rows a scoring task reads at a time
+BATCH_ROWS = 65_536
+
+
+def score_file(score, dataset_path: str, split: str, j: int) -> tuple:
+    """A task: ``(labels, scores)`` of the ``j``-th file of ``split``."""
+    ds = ShardedDataset(dataset_path)
+    ys, fs = [], []
+    for b in ds.iter_file(ds.files(split)[j], BATCH_ROWS):
+        ys.append(np.asarray(b.y))
+        fs.append(np.asarray(score(b.X), dtype=np.float64).ravel())
+    y = np.concatenate(ys) if ys else np.empty(0, np.int8)
+    return y, (np.concatenate(fs) if fs else np.empty(0))
+
+
+def evaluate(score, ds: ShardedDataset, splits, target: dict, engine=None) -> dict:
+    """:func:`bigrate.metrics.rate_metrics` of ``score`` (a block of rows -> scores) on
+    each split of ``ds`` that exists, against ``target`` (``{"rho": ...}`` or
+    ``{"q": ...}``). With a cluster engine the files are scored by its workers, through
+    its pinned pool: a worker lost meanwhile has its files scored again elsewhere."""
+    splits = [s for s in splits if s in ds.splits]
+    if engine is None or engine.name == "local":
+        return {s: evaluate_split(score, ds, s, **target) for s in splits}
+    tasks = [(s, j) for s in splits for j in range(len(ds.files(s)))]
+    with engine.pinned() as pool:
+        got = pool.run(
+            score_file,
+            [(score, ds.path, s, j) for s, j in tasks],
+            what="the final evaluation",
+        )
+    out = {}
+    for s in splits:
+        parts = [r for (split, _), r in zip(tasks, got, strict=True) if split == s]
+        y = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int8)
+        f = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
+        out[s] = rate_metrics(y, f, **target)
+    return out
