@@ -94,9 +94,14 @@ def start_dask(fault_file, n_workers=2):
     workers = [start_dask_worker(fault_file, address) for _ in range(n_workers)]
     from dask.distributed import Client
 
-    with Client(address, timeout="60s") as c:
-        if n_workers:
-            c.wait_for_workers(n_workers, timeout=120)
+    try:
+        with Client(address, timeout="60s") as c:
+            if n_workers:
+                c.wait_for_workers(n_workers, timeout=120)
+    except BaseException:
+        for p in [sched, *workers]:
+            stop_group(p)
+        raise
     return address, sched, workers
 
 
@@ -121,10 +126,14 @@ def start_ray(fault_file, tmp):
         start_new_session=True,
     )
     t0 = time.time()
-    while not _port_open(port):
-        assert head.poll() is None, head.stderr.read()[-3000:]
-        assert time.time() - t0 < 180, "the Ray head did not come up in 180 s"
-        time.sleep(0.2)
+    try:
+        while not _port_open(port):
+            assert head.poll() is None, head.stderr.read()[-3000:]
+            assert time.time() - t0 < 180, "the Ray head did not come up in 180 s"
+            time.sleep(0.2)
+    except BaseException:
+        stop_group(head, grace=3)
+        raise
     time.sleep(2.0)  # the raylet registers after the GCS listens
     return f"127.0.0.1:{port}", head
 
