@@ -46,12 +46,28 @@ def binary_classes(est, y) -> np.ndarray:
 class RateClassifierMixin(ClassifierMixin):
     """Mixin of the binary rate classifiers; put it before ``BaseEstimator``.
 
-    Class attributes: ``_accepts_sparse`` (CSR input; the ``input_tags.sparse`` tag) and
-    ``_persist_private`` (private attributes saved with the model, see :mod:`bigrate.io`).
+    Class attributes: ``_accepts_sparse`` (CSR input; the ``input_tags.sparse`` tag),
+    ``_persist_private`` (private attributes saved with the model, see :mod:`bigrate.io`)
+    and what the estimator promises, declared here once and read by the metrics, the
+    job runner, its sweeps, status and reports: ``_rate_target``, the parameter holding
+    the rate it promises to hold on new data ("rho": a false-alarm rate, "q": a
+    q-value; None: no rate), and ``_sweep_select``, the metric its sweeps select by by
+    default (a key of :data:`bigrate.metrics.SELECT`).
     """
 
     _accepts_sparse = True
     _persist_private: tuple = ()
+    _rate_target: str | None = None
+    _sweep_select: str = "error_rate"
+
+    def rate_target(self) -> dict:
+        """The rate this estimator promises, as keyword arguments of
+        :func:`bigrate.metrics.rate_metrics`: ``{"rho": 0.05}``, ``{"q": 0.01}`` or
+        ``{}``."""
+        if self._rate_target is None:
+            return {}
+        value = self.get_params()[self._rate_target]
+        return {} if value is None else {self._rate_target: float(value)}
 
     def predict(self, X) -> np.ndarray:
         """``classes_[1]`` (positive) where ``decision_function(X) >= 0``, else

@@ -179,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--estimator",
         default="NeymanPearsonSGD",
-        help="NeymanPearsonSGD (default) or QValueSGD",
+        help="any estimator a train job runs (default NeymanPearsonSGD; see the "
+        "README's Jobs section)",
     )
     p.add_argument("--rho", type=float, help="target false-alarm rate (NP)")
     p.add_argument("--q", type=float, help="target q-value (QValueSGD)")
@@ -202,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="existing Dask scheduler (tcp://host:8786) or Ray cluster (host:6379)",
     )
     p.add_argument("--workers", type=int, help="embedded cluster size")
-    p.add_argument("--out", help="run directory for the model and result.json")
+    p.add_argument(
+        "--out",
+        help="the run directory (model/, metrics.json, events; default runs/train-<time>)",
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="replace a model already in --out"
     )
@@ -347,7 +351,7 @@ def _value(text: str):
 
 
 def _train(a) -> int:
-    from bigrate.runner.train import report, train
+    from bigrate.runner.train import train
 
     params = {}
     for item in a.param:
@@ -358,8 +362,7 @@ def _train(a) -> int:
     for k in ("rho", "q", "epochs"):
         if getattr(a, k) is not None:
             params[k] = getattr(a, k)
-    params.setdefault("random_state", 0)
-    res = train(
+    run, metrics = train(
         a.data,
         a.estimator,
         params,
@@ -370,7 +373,7 @@ def _train(a) -> int:
         overwrite=a.overwrite,
         progress=not a.quiet,
     )
-    report(res)
+    _print_outcome(run, metrics)
     return 0
 
 
@@ -455,6 +458,21 @@ def _on_sigterm(signum, frame):  # turn SIGTERM into an exception so cleanup run
     raise SystemExit(128 + signum)
 
 
+def _run_failed(a, e: Exception) -> int:
+    """A run that failed: one line and where its traceback is (the run's events), exit
+    status 1; an error outside a run is raised (a traceback: a bug)."""
+    where = getattr(e, "run_path", None)
+    if a.cmd not in ("run", "resume", "train") or where is None:
+        raise e
+    print(
+        f"bigrate: error: {type(e).__name__}: {e}\n"
+        f"  the run failed; its traceback is in {where}/events.jsonl (run_failed), "
+        f"and `bigrate status {shlex.quote(where)}` says whether resuming can help",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
@@ -476,9 +494,8 @@ def main(argv: list[str] | None = None) -> int:
             return _prep(a)
         if a.cmd == "info":
             return _info(a)
-        if a.cmd == "train":
-            return _train(a)
         handlers = {
+            "train": _train,
             "run": _run,
             "resume": _resume,
             "status": _status,
@@ -505,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, RunLockedError):
             print(f"bigrate: error: {e}", file=sys.stderr)
             return 2
-        raise
+        return _run_failed(a, e)
     except ConnectionError as e:  # an engine address that cannot be reached
         print(f"bigrate: error: {e}", file=sys.stderr)
         return 2
@@ -539,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except Exception as e:  # noqa: BLE001 - a failed run: one line (see _run_failed)
+        return _run_failed(a, e)
     ap.error(f"unknown command {a.cmd}")
     return 2
 

@@ -92,6 +92,20 @@ class RunDir:
                 continue
         else:  # pragma: no cover
             raise RuntimeError(f"could not create a run directory under {parent}")
+        return cls._fill(path, job_file, config)
+
+    @classmethod
+    def create_at(
+        cls, path: str | os.PathLike, job_file: str | None, config: dict
+    ) -> RunDir:
+        """A new run directory at exactly ``path`` (which must not exist), locked."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()  # FileExistsError if it does
+        return cls._fill(path, job_file, config)
+
+    @classmethod
+    def _fill(cls, path: Path, job_file: str | None, config: dict) -> RunDir:
         run = cls(path)
         run.lock()
         if job_file:

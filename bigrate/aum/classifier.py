@@ -64,6 +64,8 @@ class AUMLinearClassifier(RateClassifierMixin, BaseEstimator):
     True
     """
 
+    _sweep_select = "auc"
+
     _parameter_constraints: dict = {
         "line_search": [StrOptions({"first-min", "linear", "quadratic", "grid"})],
         "bracket": ["boolean"],

@@ -719,7 +719,7 @@ class RateConstrainedClassifier(RateClassifierMixin, BaseEstimator):
             )
             pos = rng.random(len(z)) < ramp(z)
         else:
-            pos = z > 0
+            pos = z >= 0  # the package's convention (RateClassifierMixin)
         return self.classes_[pos.astype(int)]
 
     def evaluate(self, expr, X, y=None, groups=None, datasets=None, *,

@@ -246,11 +246,12 @@ class Engine(ABC):
         """Yield ``(index, result or TaskError)`` as the tasks finish (``what`` names
         them in the engine's notices)."""
 
-    def warm_up(self, fn: Callable, *args) -> None:
+    def warm_up(self, fn: Callable, *args) -> list:
         """Run ``fn(*args)`` once on every worker (imports, compiled kernels loaded
         from numba's cache), so that the first tasks of a short-task workload do not
-        each pay it. Here: once in this process (the local engine's worker)."""
-        fn(*args)
+        each pay it; returns the results. Here: once in this process (the local
+        engine's worker)."""
+        return [fn(*args)]
 
     #: module-level function ``x -> x`` run on a worker for every argument of a batched
     #: task: where the engine resolves only top-level handles (Ray), it fetches the

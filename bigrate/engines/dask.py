@@ -245,18 +245,20 @@ class DaskEngine(Engine):
             tb = "".join(traceback.format_exception(e))
             return TaskError(f"{type(e).__name__}: {e}", tb)
 
-    def warm_up(self, fn, *args) -> None:
+    def warm_up(self, fn, *args) -> list:
         """``fn(*args)`` once on every worker connected now, as a task held to that
-        worker; a worker lost meanwhile is left out. A failing ``fn`` raises its
-        :class:`TaskError`."""
+        worker; a worker lost meanwhile is left out. Returns the results; a failing
+        ``fn`` raises its :class:`TaskError`."""
         pending = {w: self._submit(fn, *args, worker=w) for w in self.workers()}
         watch = self.watch("warm-up")
+        out = []
         while pending:
             done = _wait_some(list(pending.values()))
             for w in [w for w, f in pending.items() if f in done]:
                 res = self._outcome(pending.pop(w))
                 if isinstance(res, TaskError):
                     raise res
+                out.append(res)
             if done:
                 watch.progress()
                 continue
@@ -265,6 +267,7 @@ class DaskEngine(Engine):
                 pending.pop(w).cancel()
             if pending:
                 watch.idle(len(pending))
+        return out
 
     def map(self, fn, args_list, *, retries: int = 3, what: str = "tasks"):
         """Yield (index, result or TaskError) as tasks finish. A task whose worker dies

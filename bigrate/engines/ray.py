@@ -74,8 +74,9 @@ def _warm_and_hold(fn, *args):
     on distinct worker processes."""
     import time
 
-    fn(*args)
+    out = fn(*args)
     time.sleep(0.3)
+    return out
 
 
 class RayEngine(Engine):
@@ -221,11 +222,11 @@ class RayEngine(Engine):
     def put(self, obj):
         return self._ray.put(obj)
 
-    def warm_up(self, fn, *args) -> None:
+    def warm_up(self, fn, *args) -> list:
         """``fn(*args)`` as one task per CPU, all at once (Ray starts a worker process
-        per concurrently running task, so each CPU's worker runs one)."""
-        self.run(_warm_and_hold, [(fn, *args)] * max(1, self.n_workers),
-                 what="warm-up")  # fmt: skip
+        per concurrently running task, so each CPU's worker runs one); the results."""
+        return self.run(_warm_and_hold, [(fn, *args)] * max(1, self.n_workers),
+                        what="warm-up")  # fmt: skip
 
     def _ready_refs(self, refs: list, what: str):
         """The refs of ``refs`` as they finish, looking up every ``POLL_SECONDS``."""

@@ -130,6 +130,8 @@ class CostSensitiveSVC(_KernelSVCBase):
     True
     """
 
+    _sweep_select = "cost"
+
     _parameter_constraints: dict = {
         **_KernelSVCBase._parameter_constraints,
         "C_pos": [Interval(Real, 0, None, closed="neither")],
@@ -266,6 +268,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
     >>> float(np.mean(clf.decision_function(X[y < 0]) >= 0)) <= 0.12
     True
     """
+
+    _rate_target = "rho"
+    _sweep_select = "J_val"
 
     _parameter_constraints: dict = {
         **_KernelSVCBase._parameter_constraints,

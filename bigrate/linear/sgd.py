@@ -652,6 +652,9 @@ class NeymanPearsonSGD(_StochasticRateBase):
     True
     """
 
+    _rate_target = "rho"
+    _sweep_select = "J_val"
+
     _parameter_constraints: dict = {
         **_StochasticRateBase._parameter_constraints,
         "rho": [Interval(Real, 0, 1, closed="neither")],
@@ -759,6 +762,9 @@ class QValueSGD(_StochasticRateBase):
     >>> positives_at_q(y, clf.decision_function(X), 0.05) > 100
     True
     """
+
+    _rate_target = "q"
+    _sweep_select = "accepted"
 
     _parameter_constraints: dict = {
         **_StochasticRateBase._parameter_constraints,

@@ -219,29 +219,68 @@ def evaluate_stream(
     return total
 
 
-def rate_metrics(y, f, *, rho: float | None = None, q: float | None = None) -> dict:
+#: the metrics sweeps select by, and whether smaller ("min") or larger ("max") is better
+SELECT = {
+    "J_val": "min",
+    "accepted": "max",
+    "pnd": "min",
+    "error_rate": "min",
+    "cost": "min",
+    "auc": "max",
+}
+
+
+def auc(y, f) -> float:
+    """Area under the ROC curve of scores ``f`` for labels ``y`` (+1 / -1): the chance
+    that a random positive scores above a random negative, ties counting one half
+    (NaN without both classes)."""
+    from scipy.stats import rankdata
+
+    y = np.asarray(y)
+    pos = y > 0
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    r = rankdata(np.asarray(f, dtype=np.float64))
+    return float((r[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def rate_metrics(
+    y,
+    f,
+    *,
+    rho: float | None = None,
+    q: float | None = None,
+    cost: tuple[float, float] | None = None,
+) -> dict:
     """The one evaluation of a rate classifier's scores ``f`` on labels ``y`` (+1 / -1),
     used by training, sweeps and jobs alike, with one spelling of every metric:
 
-    - ``pfa``, ``pnd``, ``n_pos``, ``n_neg`` always;
+    - ``pfa``, ``pnd``, ``n_pos``, ``n_neg``, ``error_rate`` (the share of rows
+      misclassified: misses and false alarms as Pnd and Pfa count them) and ``auc``
+      (area under the ROC curve) always;
     - with ``rho`` (Neyman-Pearson): ``J_val`` = Pnd + max(0, Pfa - rho) / rho and
       ``pfa_within_rho`` (Pfa <= rho);
     - with ``q`` (q-value): ``accepted``, the positives accepted at q-value <= q, and
       ``fdr``, the estimated false discovery rate of the model's own accepted set
-      (f >= 0): negatives (decoys) accepted / positives (targets) accepted.
+      (f >= 0): negatives (decoys) accepted / positives (targets) accepted;
+    - with ``cost = (cost_fn, cost_fp)``: ``cost``, the cost-weighted errors per row,
+      (cost_fn FN + cost_fp FP) / n (BPSP's CV error).
 
     Examples
     --------
     >>> import numpy as np
     >>> m = rate_metrics(np.array([1, 1, -1, -1]), np.array([2.0, -1.0, -3.0, 0.5]),
     ...                  rho=0.5)
-    >>> m["pfa"], m["pnd"], m["J_val"], m["pfa_within_rho"]
-    (0.5, 0.5, 0.5, True)
+    >>> m["pfa"], m["pnd"], m["J_val"], m["pfa_within_rho"], m["error_rate"], m["auc"]
+    (0.5, 0.5, 0.5, True, 0.5, 0.75)
     """
     y = np.asarray(y)
     f = np.asarray(f, dtype=np.float64)
     c = Confusion.of(y, f)
-    out = {"pfa": c.pfa, "pnd": c.pnd, "n_pos": c.n_pos, "n_neg": c.n_neg}
+    n = max(c.n_pos + c.n_neg, 1)
+    out = {"pfa": c.pfa, "pnd": c.pnd, "n_pos": c.n_pos, "n_neg": c.n_neg,
+           "error_rate": (c.misses + c.false_alarms) / n, "auc": auc(y, f)}  # fmt: skip
     if rho is not None:
         out["J_val"] = c.j_val(rho)
         out["pfa_within_rho"] = bool(c.pfa <= rho)
@@ -251,16 +290,9 @@ def rate_metrics(y, f, *, rho: float | None = None, q: float | None = None) -> d
         out["fdr"] = float(
             np.sum(taken & (y < 0)) / max(int(np.sum(taken & (y > 0))), 1)
         )
+    if cost is not None:
+        out["cost"] = (float(cost[0]) * c.misses + float(cost[1]) * c.false_alarms) / n
     return out
-
-
-def rate_target(params: dict) -> dict:
-    """The rate target among an estimator's parameters, as keyword arguments of
-    :func:`rate_metrics`: ``{"rho": ...}``, ``{"q": ...}`` or ``{}``."""
-    for key in ("rho", "q"):
-        if params.get(key) is not None:
-            return {key: float(params[key])}
-    return {}
 
 
 def evaluate_split(decision_function, dataset, split: str, **target) -> dict:

@@ -81,6 +81,13 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
     ['alpha']
     """
 
+    _sweep_select = "J_val"
+
+    def rate_target(self) -> dict:
+        """``{"rho": ...}``: the search's ``rho``, or its estimator's."""
+        rho = self.rho if self.rho is not None else self.estimator.get_params()["rho"]
+        return {"rho": float(rho)}
+
     def __init__(
         self,
         estimator,

@@ -20,11 +20,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bigrate.metrics import evaluate_split, rate_metrics
+from bigrate.metrics import SELECT, evaluate_split, rate_metrics
 from bigrate.progress import Progress
-
-# selection metrics and whether smaller is better
-SELECT = {"J_val": "min", "accepted": "max", "pnd": "min"}
 
 __all__ = [
     "SELECT",
@@ -32,6 +29,7 @@ __all__ = [
     "cv_splits",
     "fit_fold",
     "fit_fold_path",
+    "fit_split",
     "c_chains",
     "fit_val",
     "rank_points",
@@ -181,34 +179,65 @@ def c_chains(points: Sequence[dict], default_c=None) -> list[list[int]]:
     return [sorted(g, key=c_of) for g in groups.values()]
 
 
-def fit_val(est_cls, params: dict, dataset_path: str, target: dict) -> dict:
-    """One task: fit on the train split of the dataset at ``dataset_path`` (streamed
-    where the task runs), score its val split."""
+def fit_split(est, dataset_path: str, data: str = "shards", split: str = "train"):
+    """Fit ``est`` on the rows of ``split`` of the dataset at ``dataset_path``, given as
+    the estimator takes them (``data``): "shards", the ShardedDataset itself (the
+    estimator streams it, or reads its group column); "sparse", the split as CSR;
+    "dense", as an array. Returns the fitted estimator."""
     from bigrate.data.reader import ShardedDataset
 
     ds = ShardedDataset(dataset_path)
+    if data == "shards":
+        if split != "train" and "split" in est.get_params():
+            est.set_params(split=split)
+        return est.fit(ds)
+    whole = ds.to_csr(split)
+    return est.fit(whole.X.toarray() if data == "dense" else whole.X, whole.y)
+
+
+def fit_val(est_cls, params: dict, dataset_path: str, target: dict,
+            data: str = "shards") -> dict:  # fmt: skip
+    """One task: fit on the train split of the dataset at ``dataset_path`` (read where
+    the task runs, as ``data`` says: see :func:`fit_split`), score its val split."""
+    from bigrate.data.reader import ShardedDataset
+
     t = time.perf_counter()
-    est = est_cls(**params).fit(ds)
+    est = fit_split(est_cls(**params), dataset_path, data)
+    ds = ShardedDataset(dataset_path)
     return _record(evaluate_split(est.decision_function, ds, "val", **target), t)
 
 
-def warm_task(est_cls, params: dict, n_features: int) -> None:
-    """Fit ``est_cls(**params)`` once on 40 random sparse rows (CSR float32, as
-    read from shards) of ``n_features`` features: loads the imports and compiled
-    kernels a sweep's tasks need, where it runs."""
+#: parameters that keep the warm-up's fit short and within what validation accepts
+#: of a small synthetic problem (no calibration hold-out to refuse as too small)
+WARM_OVERRIDES = {"calibrate": None, "epochs": 1, "mm_iterations": 1, "max_iter": 5}
+
+
+def warm_task(est_cls, params: dict, n_features: int) -> dict:
+    """Load the imports and compiled kernels a sweep's fits need, where it runs: fit
+    ``est_cls`` with ``params`` (made short by :data:`WARM_OVERRIDES`) on 400 random
+    sparse rows (CSR float32, as read from shards) of ``n_features`` features, the
+    classes balanced. It never raises (a warm-up that fails costs nothing but the
+    first fits' speed): returns its ``seconds``, the ``error`` if any, and ``pid``."""
     import scipy.sparse as sp
 
-    rng = np.random.default_rng(0)
-    d = max(1, min(int(n_features), 50))
-    X = sp.random(40, d, density=0.3, format="csr", dtype=np.float32, random_state=0)
-    X.resize(40, int(n_features))
-    y = np.where(np.arange(40) % 2 == 0, 1, -1)
-    rng.shuffle(y)
-    import warnings
+    t = time.perf_counter()
+    try:
+        import warnings
 
-    with warnings.catch_warnings():  # a fit on 40 random rows may well not converge
-        warnings.simplefilter("ignore")
-        est_cls(**params).fit(X, y)
+        d = max(1, min(int(n_features), 50))
+        X = sp.random(400, d, density=0.3, format="csr", dtype=np.float32,
+                      random_state=0)  # fmt: skip
+        X.resize(400, int(n_features))
+        y = np.where(np.arange(400) % 2 == 0, 1, -1)
+        valid = est_cls().get_params()
+        p = {**params, **{k: v for k, v in WARM_OVERRIDES.items() if k in valid}}
+        with warnings.catch_warnings():  # a short fit on random rows may not converge
+            warnings.simplefilter("ignore")
+            est_cls(**p).fit(X, y)
+        error = None
+    except Exception as e:  # noqa: BLE001 - recorded in the engine_warm event
+        error = f"{type(e).__name__}: {e}"[:500]
+    return {"seconds": time.perf_counter() - t, "error": error, "pid": os.getpid()}
 
 
 def run_sweep(

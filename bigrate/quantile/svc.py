@@ -569,9 +569,52 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         return np.asarray(X @ coef).ravel() + b
 
     def predict(self, X, tau=None):
-        """The SVM's sign at ``tau``: ``classes_[1]`` where w(tau)^T x + b(tau) > 0."""
+        """The SVM's sign at ``tau``: ``classes_[1]`` where w(tau)^T x + b(tau) >= 0
+        (the package's convention, :class:`~bigrate.base.RateClassifierMixin`)."""
         check_is_fitted(self, "kinks_")
-        return self.classes_[(self.decision_function(X, tau) > 0).astype(int)]
+        return self.classes_[(self.decision_function(X, tau) >= 0).astype(int)]
+
+    def rate_target(self) -> dict:
+        """``{"rho": ...}`` once :meth:`select_tau` chose tau for a false-alarm target,
+        else ``{}``."""
+        sel = getattr(self, "tau_selection_", None)
+        return {"rho": float(sel["rho"])} if sel else {}
+
+    def select_tau(self, X, y, *, rho: float, by: str = "J_val", taus=None) -> dict:
+        """Choose the quantile ``predict`` uses, on held-out rows (X, y), for the
+        false-alarm target ``rho``: ``by="J_val"``, the tau of least J_val = Pnd +
+        max(0, Pfa - rho) / rho; ``by="pfa"``, the tau of least Pnd among those whose
+        Pfa <= rho (the least Pfa if none is). ``taus``: where to look (default 201
+        points on [0, 1]). Sets the ``tau`` parameter (and ``coef_``,
+        ``intercept_``) and ``tau_selection_``: ``tau``, ``pfa``, ``pnd``, ``J_val``
+        along ``taus`` on (X, y), ``rho``, ``by`` and the chosen ``tau_chosen``;
+        returns it. No refit: the path holds every tau."""
+        from bigrate.metrics import j_val, rate_metrics
+
+        check_is_fitted(self, "kinks_")
+        if by not in ("J_val", "pfa"):
+            raise ValueError(f"by must be 'J_val' or 'pfa', got {by!r}")
+        if not 0 < float(rho) < 1:
+            raise ValueError(f"rho must be in (0, 1), got {rho!r}")
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        yy = np.where(np.asarray(y) == self.classes_[1], 1, -1)
+        taus = np.linspace(0.0, 1.0, 201) if taus is None else np.asarray(taus, float)
+        pfa, pnd = np.empty(len(taus)), np.empty(len(taus))
+        for j, t in enumerate(taus):
+            m = rate_metrics(yy, self.decision_function(X, tau=t))
+            pfa[j], pnd[j] = m["pfa"], m["pnd"]
+        jv = np.array([j_val(a, b, float(rho)) for a, b in zip(pfa, pnd, strict=True)])
+        if by == "J_val":
+            best = int(np.argmin(jv))
+        else:
+            ok = np.flatnonzero(pfa <= rho)
+            best = int(ok[np.argmin(pnd[ok])]) if len(ok) else int(np.argmin(pfa))
+        tau = float(taus[best])
+        self.set_params(tau=tau)
+        self._set_tau_attributes(tau)
+        self.tau_selection_ = {"tau": taus, "pfa": pfa, "pnd": pnd, "J_val": jv,
+                               "rho": float(rho), "by": by, "tau_chosen": tau}  # fmt: skip
+        return self.tau_selection_
 
     # --------------------------------------------------------------- output
     def path_summary(self) -> dict:

@@ -47,3 +47,34 @@ def evaluate(score, ds: ShardedDataset, splits, target: dict, engine=None) -> di
         f = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
         out[s] = rate_metrics(y, f, **target)
     return out
+
+
+def constraint_table(est, ds: ShardedDataset, splits, texts) -> list[dict]:
+    """Each constraint of a job (as written) on each split of ``ds`` that exists: its
+    two sides' values (the rates the model's signs give on the split's rows; a
+    ready-made constraint such as ``demographic_parity``: its ``expr`` against 0) and
+    whether it holds: ``[{"constraint", "op", split: {"value", "target", "met"}}]``."""
+    from bigrate.constrained.parse import parse_constraint
+    from bigrate.runner.spec import load_baseline
+
+    splits = [s for s in splits if s in ds.splits]
+
+    def side(x, split) -> float:
+        if isinstance(x, (int, float)):
+            return float(x)
+        return float(est.evaluate(x, ds, split=split))
+
+    out = []
+    for text in texts:
+        p = parse_constraint(text, load_baseline)
+        row = {"constraint": text, "op": p.op or "<="}
+        for s in splits:
+            value, target = side(p.lhs, s), side(p.rhs, s)
+            ok = (
+                value <= target + 1e-12
+                if row["op"] == "<="
+                else value >= target - 1e-12
+            )
+            row[s] = {"value": value, "target": target, "met": bool(ok)}
+        out.append(row)
+    return out

@@ -10,7 +10,6 @@ from contextlib import contextmanager, nullcontext
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines import ClusterLost
 from bigrate.engines import open_engine as _open
-from bigrate.metrics import rate_target
 from bigrate.model_selection.sweep import (
     SharedFolds,
     c_chains,
@@ -25,9 +24,16 @@ from bigrate.model_selection.sweep import (
 from bigrate.model_selection.sweep import run_sweep as _sweep
 from bigrate.rundir import RunDir
 from bigrate.runner import interrupt
-from bigrate.runner.evaluate import evaluate
+from bigrate.runner.evaluate import constraint_table, evaluate
+from bigrate.runner.fit import (
+    bpsp_summary,
+    fit_bpsp,
+    fit_on_engine,
+    job_estimator,
+    select_tau,
+)
 from bigrate.runner.modelio import TrainedModel, save_trained
-from bigrate.runner.registry import entry, make_estimator, name_of
+from bigrate.runner.registry import entry
 from bigrate.runner.spec import JobSpec
 
 
@@ -111,34 +117,16 @@ def _cluster_events(eng, run: RunDir | None, progress: bool):
     return poll
 
 
-def evaluate_model(est, ds: ShardedDataset, splits, score=None, engine=None) -> dict:
+def evaluate_model(est, ds: ShardedDataset, splits, score=None, engine=None,
+                   cost=None) -> dict:  # fmt: skip
     """The rate metrics of a fitted model on each split of ``ds`` that exists, against
-    the model's own rate target (:mod:`bigrate.runner.evaluate`: on ``engine``'s
-    workers, or in this process). ``score`` (default: the model's decision_function)
-    maps a block of rows of ``ds`` to scores."""
-    target = rate_target(est.get_params())
+    the rate the model promises (:meth:`rate_target`), with ``cost = (cost_fn,
+    cost_fp)`` if given (:mod:`bigrate.runner.evaluate`: on ``engine``'s workers, or in
+    this process). ``score`` (default: the model's decision_function) maps a block of
+    rows of ``ds`` to scores."""
+    target = {**est.rate_target(), **({"cost": cost} if cost else {})}
     score = est.decision_function if score is None else score
     return evaluate(score, ds, splits, target, engine)
-
-
-def fit_full(est, dataset_path: str):
-    """A task: fit ``est`` on the train split of the dataset at ``dataset_path``."""
-    return est.fit(ShardedDataset(dataset_path))
-
-
-def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
-    """Fit ``est`` on the train split of ``ds`` with engine ``eng``: streaming learners
-    by the rounds of :func:`bigrate.linear.fit_distributed` on every engine (each worker
-    reads its own shards; ``ckpt``: its checkpoint arguments and ``workers``, the
-    shares of the data), the others as one task on a cluster or in this process."""
-    streams = entry(name_of(est)).streams if name_of(est) else False
-    if streams:
-        from bigrate.linear.distributed import fit_distributed
-
-        return fit_distributed(est, ds, eng, progress=progress, **ckpt)
-    if eng.name == "local":
-        return est.fit(ds)
-    return eng.run(fit_full, [(est, ds.path)], what="the fit")[0]
 
 
 def _checkpoints(spec: JobSpec, run: RunDir) -> dict:
@@ -179,16 +167,19 @@ def checkpoint_round(run: RunDir) -> int | None:
 def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
          run: RunDir | None = None, on_round=None, workers: int | None = None):  # fmt: skip
     """Fit the job's estimator with ``params``; streaming learners deal the data into
-    ``workers`` shares (a resumed fit: its checkpoint's) and checkpoint into ``run``."""
-    est = make_estimator(spec.estimator, params)
-    if not entry(spec.estimator).streams:
-        return fit_on_engine(est, ds, eng, progress)
+    ``workers`` shares (a resumed fit: its checkpoint's) and checkpoint into ``run``;
+    a quantile path chooses its tau (``[path]``) after."""
+    est = job_estimator(spec, params)
     ckpt = {}
-    if run is not None:
-        ckpt = {**_checkpoints(spec, run), "on_round": on_round}
-    if ckpt.get("resume") is None:
-        ckpt["workers"] = workers
-    return fit_on_engine(est, ds, eng, progress, **ckpt)
+    if entry(spec.estimator).streams:
+        if run is not None:
+            ckpt = {**_checkpoints(spec, run), "on_round": on_round}
+        if ckpt.get("resume") is None:
+            ckpt["workers"] = workers
+    est = fit_on_engine(est, ds, eng, progress, **ckpt)
+    if spec.path is not None:
+        select_tau(spec, est, ds, progress, _say)
+    return est
 
 
 def _save_model(run: RunDir, est, ds: ShardedDataset, **info) -> None:
@@ -197,15 +188,32 @@ def _save_model(run: RunDir, est, ds: ShardedDataset, **info) -> None:
     run.event("model_saved", path="model", **info)
 
 
-def _evaluate_into(run: RunDir, est, ds: ShardedDataset, eng, extra: dict) -> dict:
-    """The model's rate metrics on every split (on ``eng``'s workers), with ``extra``,
-    into ``metrics.json`` (an ``evaluated`` event)."""
-    ev = evaluate_model(est, ds, ds.splits, engine=eng)
-    metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
+def _evaluate_into(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, eng,
+                   extra: dict) -> dict:  # fmt: skip
+    """The model's metrics on every split (on ``eng``'s workers), with ``extra``, into
+    ``metrics.json`` (an ``evaluated`` event): the rates against what it promises,
+    a search's costs, and each of a job's constraints."""
+    cost = (est.cost_fn, est.cost_fp) if spec.estimator == "BPSPSearchCV" else None
+    ev = evaluate_model(est, ds, ds.splits, engine=eng, cost=cost)
+    metrics = {"evaluation": ev, "target": est.rate_target(),
                "history": getattr(est, "history_", []), **extra}  # fmt: skip
+    if spec.constraints:
+        metrics["constraints"] = constraint_table(est, ds, ds.splits, spec.constraints)
+    if spec.estimator == "BPSPSearchCV":
+        metrics["bpsp"] = bpsp_summary(est)
+    if getattr(est, "tau_selection_", None):
+        metrics["tau"] = {**est.tau_selection_, "split": spec.path["split"]}
     run.write_json("metrics.json", metrics)
     run.event("evaluated", evaluation=ev)
     return metrics
+
+
+def _seeded(spec: JobSpec) -> dict:
+    """The job's parameters, with ``random_state = 0`` unless it sets one (for the
+    estimators that take one): a job's result is reproducible."""
+    if "random_state" in entry(spec.estimator).load()().get_params():
+        return {"random_state": 0, **spec.params}
+    return dict(spec.params)
 
 
 def _trained(run: RunDir) -> tuple | None:
@@ -226,7 +234,7 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     rounds), save the model, evaluate it on every split; a run resumed after the model
     was saved only evaluates it."""
     ds = ShardedDataset(spec.data)
-    params = {"random_state": 0, **spec.params}
+    params = _seeded(spec)
     with open_engine(spec, run, progress) as (eng, workers):
         events = _cluster_events(eng, run, progress)
         trained = _trained(run)
@@ -242,17 +250,21 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
                 events()
                 interrupt.check()  # a Ctrl-C during the round stops here
 
-            # streaming fits stop between rounds on Ctrl-C (interrupt.deferred); any
-            # other fit is one long call and stops at once
+            # streaming fits stop between rounds on Ctrl-C (interrupt.deferred); a
+            # search between tasks; any other fit is one long call and stops at once
             rounds = entry(spec.estimator).streams
             with interrupt.deferred() if rounds else nullcontext():
-                est = _fit(spec, params, ds, eng, progress, run, on_round, workers)
+                if entry(spec.estimator).fit == "search":
+                    est = fit_bpsp(spec, params, ds, eng, run, progress,
+                                   after_task=on_round)  # fmt: skip
+                else:
+                    est = _fit(spec, params, ds, eng, progress, run, on_round, workers)
             events(force=True)  # a worker lost in the last round
             fit_s = time.perf_counter() - t
             _save_model(run, est, ds)
             run.event("train_finished", seconds=fit_s)
         metrics = _evaluate_into(
-            run, est, ds, eng, {"fit_seconds": fit_s, "params": params}
+            spec, run, est, ds, eng, {"fit_seconds": fit_s, "params": params}
         )
         events(force=True)  # a worker lost during the evaluation
     return metrics
@@ -264,24 +276,22 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     its traceback and the sweep goes on; the best point is refitted on the train split."""
     ds = ShardedDataset(spec.data)
     points = spec.points()
-    base = {"random_state": 0, **spec.params}
+    base = _seeded(spec)
     n_folds = 1 if spec.cv == "val" else int(spec.cv)
     if spec.cv == "val" and "val" not in ds.splits:
         raise ValueError(f'sweep.cv = "val" but {ds.path} has no val split')
-    cls = entry(spec.estimator).load()
+    e = entry(spec.estimator)
+    cls = e.load()
     defaults = cls().get_params()
     with open_engine(spec, run, progress) as (eng, workers):
         events = _cluster_events(eng, run, progress)
         t = time.perf_counter()
-        try:  # imports and compiled kernels loaded on every worker before the sweep
-            eng.warm_up(warm_task, cls, {**base, **points[0]}, ds.n_features)
-            run.event("engine_warm", seconds=time.perf_counter() - t)
-        except ClusterLost:
-            raise
-        except Exception as e:  # noqa: BLE001 - the sweep's own tasks will say why
-            run.event(
-                "engine_warm", seconds=time.perf_counter() - t, error=str(e)[:500]
-            )
+        # imports and compiled kernels loaded on every worker before the sweep; the
+        # warm task never raises (a failure is recorded: the sweep's tasks say why)
+        warm = eng.warm_up(warm_task, cls, {**base, **points[0]}, ds.n_features)
+        run.event("engine_warm", seconds=time.perf_counter() - t,
+                  task_seconds=[w["seconds"] for w in warm],
+                  errors=sorted({w["error"] for w in warm if w["error"]}))  # fmt: skip
 
         def load_train():  # the train split and its folds, read once
             from sklearn.model_selection import StratifiedKFold
@@ -300,9 +310,9 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
 
         def task_args(p, k):
             params = {**base, **points[p]}
-            target = rate_target({**defaults, **params})
+            target = {**cls(**params).rate_target(), "cost": spec.cost()}
             if spec.cv == "val":
-                return (cls, params, ds.path, target)
+                return (cls, params, ds.path, target, e.data)
             return (cls, params, *folds(k), target)
 
         def chain_args(ps, k):  # warm starts along C: one task a chain and fold
@@ -338,8 +348,9 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         sweep = {"select": spec.select, "best": best, "points": table,
                  "failed_tasks": failed}  # fmt: skip
         return _evaluate_into(
-            run, est, ds, eng, {"fit_seconds": fit_s, "params": params, "sweep": sweep}
-        )
+            spec, run, est, ds, eng,
+            {"fit_seconds": fit_s, "params": params, "sweep": sweep},
+        )  # fmt: skip
 
 
 def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
@@ -353,7 +364,7 @@ def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         )
     with open_engine(spec, run, progress) as (eng, _):
         ev = evaluate_model(est, ds, spec.splits, score=model.scorer(ds), engine=eng)
-    metrics = {"evaluation": ev, "target": rate_target(est.get_params()),
+    metrics = {"evaluation": ev, "target": est.rate_target(),
                "model": spec.model}  # fmt: skip
     run.write_json("metrics.json", metrics)
     run.event("evaluated", evaluation=ev)
@@ -429,23 +440,33 @@ def execute(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         )
         raise
     except BaseException as e:
+        import traceback
+
         run.event(
             "run_failed",
             error=f"{type(e).__name__}: {e}"[:2000],
             resumable=_resumable(e),
+            traceback="".join(traceback.format_exception(e))[-20000:],
         )
+        e.run_path = str(run.path)
         raise
     run.event("run_finished", seconds=time.perf_counter() - t)
     return out
 
 
-def start(spec: JobSpec, progress: bool = True) -> tuple[RunDir, dict]:
-    """Create a run directory for ``spec`` and run it. An address that cannot be reached
-    fails before the run directory is made."""
+def start(spec: JobSpec, progress: bool = True, run_path=None) -> tuple[RunDir, dict]:
+    """Create a run directory for ``spec`` (``spec.output/NAME-<time>``, or exactly
+    ``run_path``) and run it. An address that cannot be reached fails before the run
+    directory is made."""
     from bigrate.engines import check_reachable
 
     check_reachable(spec.engine, spec.address or None, spec.timeout)
-    run = RunDir.create(spec.output, spec.name, spec.source, {"job": spec.to_json()})
+    config = {"job": spec.to_json()}
+    run = (
+        RunDir.create_at(run_path, spec.source, config)
+        if run_path is not None
+        else RunDir.create(spec.output, spec.name, spec.source, config)
+    )
     if progress:
         _say(f"run directory {run.path}")
     try:

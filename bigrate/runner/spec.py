@@ -13,6 +13,12 @@ together as a :class:`JobSpecError`.
     [model]
     estimator = "NeymanPearsonSGD"
     params = { rho = 0.05, epochs = 10 }
+    constraints = ["recall() >= 0.6"]   # RateConstrainedClassifier only: constraints
+    objective = "error_rate()"          # and objective as text (bigrate.constrained.parse)
+    [path]                         # QuantilePathSVC only: choose tau on a split
+    rho = 0.05                     # for this false-alarm target,
+    select = "J_val"               # by J_val, or "pfa" (least Pnd with Pfa <= rho)
+    split = "val"
     [engine]
     name = "dask"                  # local | dask | ray
     address = ""                   # empty: embedded cluster on 127.0.0.1
@@ -25,7 +31,10 @@ together as a :class:`JobSpecError`.
     [sweep]                        # kind = "sweep" only
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
-    select = "J_val"               # J_val (NP) | accepted (q-value)
+    select = "J_val"               # J_val (NP) | accepted (q-value) | pnd | error_rate |
+                                   # cost | auc (default: the estimator's own)
+    cost_fn = 1.0                  # the "cost" metric: (cost_fn FN + cost_fp FP) / n
+    cost_fp = 1.0
     batch_seconds = 1              # short fits batched into engine tasks of ~that
                                    # many seconds (guided; 0 turns batching off)
     warm_start = false             # true: points differing only in C run as one task
@@ -49,7 +58,7 @@ from pathlib import Path
 import tomllib
 
 from bigrate.engines import ENGINES
-from bigrate.model_selection.sweep import SELECT
+from bigrate.metrics import SELECT
 from bigrate.runner.registry import ESTIMATORS, estimator_class
 
 KINDS = ("train", "sweep", "evaluate")
@@ -57,7 +66,8 @@ KINDS = ("train", "sweep", "evaluate")
 _SCHEMA = {
     "job": {"kind": str, "name": str},
     "data": {"path": str},
-    "model": {"estimator": str, "params": dict},
+    "model": {"estimator": str, "params": dict, "constraints": list, "objective": str},
+    "path": {"rho": (int, float), "select": str, "split": str},
     "engine": {
         "name": str,
         "address": str,
@@ -72,6 +82,8 @@ _SCHEMA = {
         "seed": int,
         "batch_seconds": (int, float),
         "warm_start": bool,
+        "cost_fn": (int, float),
+        "cost_fp": (int, float),
     },
     "evaluate": {"model": str, "splits": list},
     "output": {
@@ -86,11 +98,11 @@ _REQUIRED = {"job": ["kind", "name"], "data": ["path"]}
 class JobSpecError(ValueError):
     """One or more problems in a job file; ``problems`` lists them with key paths."""
 
-    def __init__(self, path, problems: list[str]):
+    def __init__(self, path, problems: list[str], what: str = "the job file"):
         self.path = str(path)
         self.problems = problems
         body = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{path}: {len(problems)} problem(s) in the job file:\n{body}")
+        super().__init__(f"{path}: {len(problems)} problem(s) in {what}:\n{body}")
 
 
 # a sweep's default batches of short fits, seconds of work an engine task (0: off)
@@ -106,6 +118,9 @@ class JobSpec:
     data: str
     estimator: str | None = None
     params: dict = field(default_factory=dict)
+    constraints: list = field(default_factory=list)  # as text
+    objective: str | None = None
+    path: dict | None = None  # QuantilePathSVC: {"rho", "select", "split"}
     engine: str = "local"
     address: str = ""
     workers: int | None = None
@@ -117,6 +132,8 @@ class JobSpec:
     seed: int = 0
     batch_seconds: float = BATCH_SECONDS
     warm_start: bool = False
+    cost_fn: float = 1.0
+    cost_fp: float = 1.0
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
     output: str = "runs"
@@ -131,6 +148,9 @@ class JobSpec:
     @classmethod
     def from_json(cls, d: dict) -> JobSpec:
         return cls(**d)
+
+    def cost(self) -> tuple[float, float]:
+        return (float(self.cost_fn), float(self.cost_fp))
 
     def points(self) -> list[dict]:
         """The sweep's grid points in a fixed order (row-major over sorted keys)."""
@@ -196,6 +216,56 @@ def _check_params(
                     problems.append(f"{where}.{k}: {_short(msg, k, val)}")
 
 
+#: estimator parameters a job sets itself (its engine, its output)
+JOB_OWNED = {"engine", "address", "n_workers", "run_dir", "progress"}
+#: selection metrics that need a rate target
+NEEDS = {"J_val": "rho", "accepted": "q"}
+
+
+def load_baseline(path: str, base: Path | None = None):
+    """A saved model named in a job (``churn(baseline=...)``): a model directory or a
+    run's (``runs/NAME-LATEST`` for the newest complete run of NAME), relative paths
+    from ``base`` (the working directory)."""
+    from bigrate.io import load_model
+    from bigrate.rundir import resolve_latest
+
+    p = Path(path)
+    p = p if p.is_absolute() else (base or Path.cwd()) / p
+    if "-LATEST" in str(p):
+        p = resolve_latest(p)
+    if (p / "model" / "model.json").is_file():
+        p = p / "model"
+    if not (p / "model.json").is_file():
+        raise ValueError(f"no saved model at {p}")
+    return load_model(p)
+
+
+def _check_constraints(constraints, objective, base, problems) -> None:
+    from bigrate.constrained.parse import parse_constraint, parse_expression
+
+    def load(path):
+        return load_baseline(path, base)
+
+    for i, text in enumerate(constraints):
+        where = f"model.constraints[{i}]"
+        try:
+            parsed = parse_constraint(text, load)
+        except (ValueError, FileNotFoundError) as e:
+            problems.append(f"{where}: {e}")
+            continue
+        others = {t.subset.dataset for t in parsed.constraint.expr.terms} - {"train"}
+        if others:
+            problems.append(
+                f"{where}: a job's constraints hold on its own data (dataset='train'); "
+                f"got dataset {sorted(others)}"
+            )
+    if objective is not None:
+        try:
+            parse_expression(objective, load)
+        except (ValueError, FileNotFoundError) as e:
+            problems.append(f"model.objective: {e}")
+
+
 def _short(msg: str, k: str, val) -> str:
     """sklearn's message, shortened: 'must be a float in the range (0.0, 1.0), got 1.5'."""
     if " must be " in msg:
@@ -218,7 +288,9 @@ def load_job(path: str | os.PathLike, overrides: dict | None = None) -> JobSpec:
     return validate(raw, path, overrides or {})
 
 
-def validate(raw: dict, path, overrides: dict) -> JobSpec:
+def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> JobSpec:
+    """The job ``raw`` (a job file's tables) checked, every problem collected with its
+    key path (``what`` says where they come from in the message)."""
     problems: list[str] = []
     for sect, val in raw.items():
         if sect not in _SCHEMA:
@@ -255,11 +327,12 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         }
 
     job, data, model = table("job"), table("data"), table("model")
-    engine, sweep, evaluate, output = (
+    engine, sweep, evaluate, output, path_sel = (
         table("engine"),
         table("sweep"),
         table("evaluate"),
         table("output"),
+        table("path"),
     )
     base = Path.cwd()  # relative paths in a job file are relative to where it is run
 
@@ -290,10 +363,48 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
             f"model.estimator: unknown estimator {est!r} (known: "
             f"{', '.join(sorted(ESTIMATORS))})"
         )
+        est = None
+    elif est is not None and ESTIMATORS[est].fit == "sweep":
+        problems.append(
+            f"model.estimator: {est} is the Python form of a sweep job: write "
+            'kind = "sweep" with the estimator it searches (e.g. "NeymanPearsonSVC") '
+            "and [sweep] grid"
+        )
+        est = None
     elif est is not None:
+        if kind in KINDS and kind != "evaluate" and kind not in ESTIMATORS[est].kinds:
+            problems.append(
+                f"job.kind: {est} runs as "
+                f"{' or '.join(k for k in ESTIMATORS[est].kinds if k != 'evaluate')} "
+                f"jobs, not {kind!r}"
+            )
         _check_params(est, params, "model.params", problems)
+        for k in sorted(set(params) & JOB_OWNED):
+            problems.append(
+                f"model.params.{k}: set by the job ([engine], [output]), not here"
+            )
     elif kind in ("train", "sweep"):
         problems.append("model.estimator: required for a train or sweep job")
+    constraints = model.get("constraints", [])
+    objective = model.get("objective")
+    if (constraints or objective is not None) and est != "RateConstrainedClassifier":
+        problems.append(
+            "model.constraints: only RateConstrainedClassifier takes constraints "
+            "and an objective"
+        )
+    elif est == "RateConstrainedClassifier":
+        _check_constraints(constraints, objective, base, problems)
+    tau_choice = None
+    if path_sel and est != "QuantilePathSVC":
+        problems.append("path: only QuantilePathSVC takes a [path] table")
+    elif path_sel:
+        rho = float(path_sel.get("rho", 0.0))
+        if not 0 < rho < 1:
+            problems.append("path.rho: required, a false-alarm target in (0, 1)")
+        by = path_sel.get("select", "J_val")
+        if by not in ("J_val", "pfa"):
+            problems.append(f'path.select: must be "J_val" or "pfa", got {by!r}')
+        tau_choice = {"rho": rho, "select": by, "split": path_sel.get("split", "val")}
 
     eng = overrides.get("engine") or engine.get("name", "local")
     if eng not in ENGINES:
@@ -363,6 +474,17 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
             problems.append(
                 f"sweep.select: must be one of {', '.join(SELECT)}, got {select!r}"
             )
+        elif est in ESTIMATORS and select in NEEDS:
+            need = NEEDS[select]
+            if ESTIMATORS[est].target != need:
+                problems.append(
+                    f"sweep.select: {select} needs a {need} target, which {est} does "
+                    f"not have; use one of "
+                    f"{', '.join(s for s in SELECT if s not in NEEDS)}"
+                )
+        for k in ("cost_fn", "cost_fp"):
+            if k in sweep and not float(sweep[k]) > 0:
+                problems.append(f"sweep.{k}: must be > 0, got {sweep[k]}")
     elif sweep:
         problems.append(
             f"sweep: only a sweep job takes a [sweep] table (job.kind is {kind!r})"
@@ -397,13 +519,16 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
     op = Path(out)
     out = str(op if op.is_absolute() else base / op)
     if problems:
-        raise JobSpecError(path, problems)
+        raise JobSpecError(path, problems, what)
     return JobSpec(
         kind=kind,
         name=name,
         data=data_path,
         estimator=est,
         params=params,
+        constraints=list(constraints),
+        objective=objective,
+        path=tau_choice,
         engine=eng,
         address=address,
         workers=workers,
@@ -415,6 +540,8 @@ def validate(raw: dict, path, overrides: dict) -> JobSpec:
         seed=sweep.get("seed", 0),
         batch_seconds=float(sweep.get("batch_seconds", BATCH_SECONDS)),
         warm_start=bool(sweep.get("warm_start", False)),
+        cost_fn=float(sweep.get("cost_fn", 1.0)),
+        cost_fp=float(sweep.get("cost_fp", 1.0)),
         model=model_dir,
         splits=list(splits),
         output=out,

@@ -14,7 +14,8 @@ def results_table(evaluation: dict, target: dict | None = None) -> str:
         return "(no evaluation)"
     target = target or {}
     first = next(iter(evaluation.values()))
-    keys = [k for k in ("pfa", "pnd", "J_val", "accepted", "fdr") if k in first]
+    keys = [k for k in ("pfa", "pnd", "error_rate", "auc", "J_val", "accepted", "fdr",
+                        "cost") if k in first]  # fmt: skip
     rho = target.get("rho")
     q = target.get("q") if "fdr" in first else None
     head = f"{'split':<8}{'n+':>8}{'n-':>8}" + "".join(f"{k:>10}" for k in keys)
@@ -74,8 +75,44 @@ def sweep_table(sweep: dict, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+def constraints_table(rows: list[dict]) -> str:
+    """Each constraint of a job on each split: the value its left side takes, its
+    target (the right side's value) and whether it holds."""
+    if not rows:
+        return ""
+    width = max(len("constraint"), *(len(r["constraint"]) for r in rows))
+    lines = [f"{'constraint':<{width}}  {'split':<6}{'value':>10}{'target':>10}   met"]
+    for r in rows:
+        for split, v in r.items():
+            if not isinstance(v, dict):
+                continue
+            met = "yes" if v["met"] else f"NO: {v['value'] - v['target']:+.4f}"
+            lines.append(
+                f"{r['constraint']:<{width}}  {split:<6}{v['value']:>10.4f}"
+                f"{v['target']:>10.4f}   {met}"
+            )
+    return "\n".join(lines)
+
+
 def format_metrics(metrics: dict) -> str:
     lines = [results_table(metrics.get("evaluation", {}), metrics.get("target"))]
+    if metrics.get("constraints"):
+        lines.append(constraints_table(metrics["constraints"]))
+    if metrics.get("bpsp"):
+        b = metrics["bpsp"]
+        p = b["best_params"]
+        lines.append(
+            f"BPSP: exact CV error {b['cv_error']:.4g} (cost_fn "
+            f"{b['cost_fn']:g}, cost_fp {b['cost_fp']:g}) at C+ = {p['C_pos']:.4g}, "
+            f"C- = {p['C_neg']:.4g}, gamma = {p['gamma']:.4g} (region area "
+            f"{b['best_region_area']:.3g})"
+        )
+    if metrics.get("tau"):
+        t = metrics["tau"]
+        lines.append(
+            f"quantile path: tau = {t['tau_chosen']:.4g} chosen on the {t['split']} "
+            f"split ({t['by']}, rho {t['rho']:g})"
+        )
     sw = metrics.get("sweep")
     if sw:
         if any("rank" in r for r in sw["points"]):

@@ -234,7 +234,7 @@ def test_predictions_and_randomised_rule():
     X, y, g = _toy()
     clf = RateConstrainedClassifier(mm_iterations=3).fit(X, y)
     np.testing.assert_array_equal(
-        clf.predict(X), clf.classes_[(clf.decision_function(X) > 0).astype(int)]
+        clf.predict(X), clf.classes_[(clf.decision_function(X) >= 0).astype(int)]
     )
     r = clf.set_params(randomized=True, random_state=0)
     assert np.isin(r.predict(X), clf.classes_).all()

@@ -140,7 +140,7 @@ def test_a_good_job_resolves(tmp_path, data_dir):
                 "sweep.grid.eta: must be an array of values, got 2.0",
                 "sweep.grid.alpha: also set in model.params",
                 'sweep.cv: must be a fold count >= 2 or "val", got 1',
-                "sweep.select: must be one of J_val, accepted, pnd, got 'accuracy'",
+                "sweep.select: must be one of J_val, accepted, pnd, error_rate, cost, auc, got 'accuracy'",
             ],
         ),
         (

@@ -191,6 +191,75 @@ def hill_valley(shared, out, **kw):
     )
 
 
+def adult(shared, out, *, overwrite=False, seed=0, split=None, standardize=None,
+          progress=True, name=None, command=None, l2_normalize=False,
+          row_group_size=None, rows_per_file=None, compression="lz4"):  # fmt: skip
+    """UCI Adult with its "sex" column as the rows' group (for fairness constraints):
+    the one-hot and standardised features of :func:`bigrate.datasets.load_adult`
+    (statistics of adult.data only), adult.data split by ``split`` (default train 0.9,
+    val 0.1; seeded, exactly stratified), adult.test as test; ">50K" is the positive
+    class."""
+    import numpy as np
+
+    from bigrate.data.format import (
+        DEFAULT_ROW_GROUP_SIZE,
+        DEFAULT_ROWS_PER_FILE,
+        RowBlock,
+    )
+    from bigrate.data.split import StratifiedSplitter, parse_fractions
+    from bigrate.data.writer import DatasetWriter
+    from bigrate.datasets import load_adult
+
+    if l2_normalize:
+        raise ValueError("adult: its features are standardised, not L2-normalised")
+    f = _files(shared, "adult")
+    data = load_adult(shared)
+    fractions = parse_fractions(split or "train=0.9,val=0.1")
+    if "test" in fractions:
+        raise ValueError(
+            "adult: adult.test is the test split; --split divides adult.data into "
+            "train and val only (e.g. train=0.9,val=0.1)"
+        )
+    splits = [*fractions, "test"]
+    with DatasetWriter(out, splits=splits, has_group=True, overwrite=overwrite,
+                       row_group_size=row_group_size or DEFAULT_ROW_GROUP_SIZE,
+                       rows_per_file=rows_per_file or DEFAULT_ROWS_PER_FILE,
+                       compression=compression) as w:  # fmt: skip
+        start = 0
+        for part in ("train", "test"):
+            X, y, sex = data[part]
+            rows = np.arange(start, start + len(y), dtype=np.int64)
+            start += len(y)
+            block = RowBlock(X.astype(np.float32).tocsr(), y.astype(np.int8), rows,
+                             sex.astype(str))  # fmt: skip
+            if part == "test":
+                w.append("test", block)
+                continue
+            splitter = StratifiedSplitter(fractions, seed=seed)
+            for s, piece in [*splitter.push(block), *splitter.finish()]:
+                w.append(s, piece)
+        return w.commit(
+            n_features=len(data["feature_names"]),
+            label_mapping={"positive": [">50K"], "negative": ["<=50K"]},
+            preprocessing={
+                "one_hot_and_standardize": "bigrate.datasets.load_adult",
+                "feature_names": data["feature_names"],
+                "group_column": "sex",
+                "split": {
+                    "fractions": fractions,
+                    "seed": int(seed),
+                    "test_files": ["adult.test.gz"],
+                },
+            },  # fmt: skip
+            sources=[
+                {"name": p.name, "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+                for p in f.values()
+            ],  # fmt: skip
+            command=command,
+            name=name,
+        )
+
+
 def psm_pin_mokapot_10k(shared, out, **kw):
     f = _files(shared, "psm_pin_mokapot_10k")
     return prep_pin(f["10k_psms_test.pin.gz"], out, **kw)
@@ -198,6 +267,7 @@ def psm_pin_mokapot_10k(shared, out, **kw):
 
 RECIPES: dict[str, Callable] = {
     "a9a": a9a,
+    "adult": adult,
     "spambase": spambase,
     "heart_statlog": heart_statlog,
     "sonar": sonar,
@@ -213,7 +283,7 @@ RECIPES: dict[str, Callable] = {
 
 #: recipes of sparse one-hot data, left as they are; every other recipe's features are
 #: dense measurements on unrelated scales and are standardised (train-split statistics)
-SPARSE_RECIPES = frozenset({"a9a"})
+SPARSE_RECIPES = frozenset({"a9a", "adult"})
 
 
 def run_recipe(dataset: str, out, *, shared=None, standardize=None, **kw) -> dict:

@@ -9,6 +9,7 @@ asked for (:meth:`BPSPSearchCV.cv_error_map`, ``run_dir``, ``plot``)."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -43,9 +44,35 @@ PIECE_TOL = 1e-11
 # ---------------------------------------------------------------- the estimator
 
 
-def _fold_cells(data, train, test, params):
-    """One task: the partition on the training rows and its invariant cells on the
-    test rows, as arrays (plain data)."""
+@dataclass
+class BPSPPlan:
+    """The tasks of one search (see :meth:`BPSPSearchCV.plan`): the data, the folds,
+    the gamma values and spaces, ``tasks`` = [(gamma index, space, fold)] and the
+    parameters common to every task."""
+
+    X: np.ndarray
+    y: np.ndarray
+    data: tuple  # (X, y as +1 / -1): what the tasks read, put on the engine once
+    splits: list
+    gammas: list
+    spaces: list
+    tasks: list
+    base: dict
+
+    def task_args(self, data, j: int) -> tuple:
+        g, sp, k = self.tasks[j]
+        train, test = self.splits[k]
+        return (data, train, test, {**self.base, "gamma": self.gammas[g], "space": sp})
+
+    def describe(self, j: int) -> str:
+        g, sp, k = self.tasks[j]
+        return f"(gamma={self.gammas[g]:g}, {sp}, fold {k})"
+
+
+def fold_cells(data, train, test, params):
+    """One task of the search: the partition on the training rows and its invariant
+    cells on the test rows, as arrays (plain data: ``vert``, ``off``, ``fn``, ``fp``
+    and ``diagnostics``)."""
     import time
 
     X, y = data
@@ -222,10 +249,13 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
                 )
         return out
 
-    def fit(self, X, y):
+    def plan(self, X, y) -> BPSPPlan:
+        """Validate the parameters and the data and list the search's tasks, one per
+        (gamma, space, fold): :meth:`fit` runs them on its engine, the job runner on
+        the job's (saving each as it finishes). ``plan.task_args(data, j)`` is task j's
+        argument tuple for :func:`fold_cells` given ``data``, the handle of ``(X, y)``
+        on the engine (``plan.data``); :meth:`assemble` takes the results."""
         from bigrate.base import binary_classes
-        from bigrate.kernel.svc import CostSensitiveSVC
-        from bigrate.progress import Progress
 
         self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64)
@@ -245,22 +275,34 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         spaces = list(dict.fromkeys(self.spaces))
         tasks = [(g, sp, k) for g in range(len(gammas)) for sp in spaces
                  for k in range(len(splits))]  # fmt: skip
-        bar = Progress("BPSP folds", total=len(tasks), enabled=self.progress)
+        return BPSPPlan(X, y, (X, yy), splits, gammas, spaces, tasks, base)
+
+    def fit(self, X, y):
+        from bigrate.progress import Progress
+
+        plan = self.plan(X, y)
+        bar = Progress("BPSP folds", total=len(plan.tasks), enabled=self.progress)
         results = {}
         with open_engine(self.engine, self.address) as eng:
-            handle = eng.put((X, yy))
-            args = [(handle, splits[k][0], splits[k][1],
-                     {**base, "gamma": gammas[g], "space": sp})
-                    for g, sp, k in tasks]  # fmt: skip
-            for j, res in eng.map(_fold_cells, args):
-                g, sp, k = tasks[j]
+            handle = eng.put(plan.data)
+            args = [plan.task_args(handle, j) for j in range(len(plan.tasks))]
+            for j, res in eng.map(fold_cells, args, what="BPSP tasks"):
                 if isinstance(res, Exception):
                     raise RuntimeError(
-                        f"BPSP task (gamma={gammas[g]:g}, {sp}, fold {k}) failed: {res}"
+                        f"BPSP task {plan.describe(j)} failed: {res}"
                     ) from res
-                results[tasks[j]] = res
+                results[plan.tasks[j]] = res
                 bar.update(1)
         bar.close()
+        return self.assemble(plan, results)
+
+    def assemble(self, plan: BPSPPlan, results: dict):
+        """Finish the fit from every task's result (``results[(g, space, k)]``, what
+        :func:`fold_cells` returned): the folds' cells, the best point and the
+        CostSensitiveSVC refitted there on all rows. Returns self."""
+        from bigrate.kernel.svc import CostSensitiveSVC
+
+        splits, gammas, spaces = plan.splits, plan.gammas, plan.spaces
         self.n_val_ = int(sum(len(te) for _, te in splits))
         self.cells_, self.diagnostics_ = {}, {}
         for g, gamma in enumerate(gammas):
@@ -280,7 +322,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
             C_pos=max(c_pos, 1e-12), C_neg=max(c_neg, 1e-12),
             kernel=self.kernel, gamma=self.best_params_["gamma"], coef0=self.coef0,
             degree=self.degree,
-        ).fit(X, y)  # fmt: skip
+        ).fit(plan.X, plan.y)  # fmt: skip
         if self.run_dir is not None:
             self._save()
         return self
