@@ -25,9 +25,12 @@ def seed(request) -> int:
     return request.param
 
 
-def run_cli(*args, check=False, timeout=600, **kw) -> subprocess.CompletedProcess:
-    """Run the real `bigrate` command in a subprocess."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run_cli(
+    *args, check=False, timeout=600, env=None, **kw
+) -> subprocess.CompletedProcess:
+    """Run the real `bigrate` command in a subprocess (``env``: its environment,
+    default this one's)."""
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     p = subprocess.run(
         [sys.executable, "-m", "bigrate.cli", *map(str, args)],
         capture_output=True,

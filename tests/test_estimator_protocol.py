@@ -120,20 +120,61 @@ def test_save_load_round_trip_gives_identical_scores(est, tmp_path):
     )
 
 
-@pytest.mark.parametrize(
-    "est",
-    [e for e in _instances() if not isinstance(e, (QuantilePathSVC,))],
-    ids=lambda e: type(e).__name__,
-)
+@pytest.mark.parametrize("est", _instances(), ids=lambda e: type(e).__name__)
 def test_predict_agrees_with_decision_function(est):
     """predict is classes_[1] exactly where the score is >= 0 (the package's convention,
-    the one Pfa counts with); QuantilePathSVC and RateConstrainedClassifier keep the
-    SVM's sign (> 0), which differs only on exact zeros, absent here."""
+    the one Pfa counts with)."""
     X, y = _blobs(seed=1)
     est = _fitted(est, X, y)
     f = est.decision_function(X)
-    assert not np.any(f == 0)
     np.testing.assert_array_equal(est.predict(X), est.classes_[(f >= 0).astype(int)])
+
+
+@pytest.mark.parametrize("est", _instances(), ids=lambda e: type(e).__name__)
+def test_every_estimator_predicts_a_score_of_zero_positive(est):
+    """The tie convention is one and the same: a row scoring exactly 0 is predicted
+    positive (classes_[1]) by every estimator, as Pfa counts it a false alarm. The
+    scores are set (the model that computes them replaced by fixed ones) to hold an
+    exact zero, which no fit gives on purpose."""
+    from bigrate.metrics import Confusion
+
+    X, y = _blobs(seed=1)
+    est = _fitted(est, X, y)
+    fixed = np.array([-1.0, -0.0, 0.0, 1e-300, 2.0])
+    scored = getattr(est, "best_estimator_", est)  # searches predict through it
+    scored.decision_function = lambda X, *args: fixed
+    got = est.predict(X[:5])
+    np.testing.assert_array_equal(got, est.classes_[[0, 1, 1, 1, 1]])
+    # the false alarms Pfa counts are exactly the negatives predicted positive
+    c = Confusion.of(np.full(5, -1), fixed)
+    assert c.false_alarms == int(np.sum(got == est.classes_[1]))
+
+
+def test_every_exported_estimator_is_a_job():
+    """The job registry names every estimator the package exports, and each one's
+    declared promise is a parameter it has and a metric sweeps know."""
+    from bigrate.metrics import SELECT
+    from bigrate.runner.registry import ESTIMATORS
+
+    exported = {
+        name
+        for name in bigrate.__all__
+        if isinstance(getattr(bigrate, name), type)
+        and issubclass(getattr(bigrate, name), BaseEstimator)
+    }
+    assert set(ESTIMATORS) == exported
+    for name, e in ESTIMATORS.items():
+        cls = e.load()
+        assert cls is getattr(bigrate, name)
+        assert cls._sweep_select in SELECT
+        assert e.fit in ("rounds", "task", "search", "sweep")
+        if cls._rate_target is not None:
+            assert cls._rate_target in cls().get_params()
+    targets = {type(est).__name__: est.rate_target() for est in _instances()}
+    assert targets["NeymanPearsonSGD"] == {"rho": 0.05}
+    assert targets["QValueSGD"] == {"q": 0.01}
+    assert targets["NPSearchCV"] == {"rho": 0.1}
+    assert targets["CostSensitiveSVC"] == {} == targets["AUMLinearClassifier"]
 
 
 def test_constraints_with_masks_and_baselines_round_trip(tmp_path):

@@ -75,7 +75,12 @@ def parse_constraint(text: str, load_baseline=None) -> Parsed:
 
 def parse_expression(text: str, load_baseline=None) -> V.Expr:
     """Parse an objective: a linear expression of rates (no comparison)."""
-    built = _Builder(text, load_baseline).build(_tree(text))
+    tree = _tree(text)
+    built = (
+        None
+        if isinstance(tree, ast.Compare)
+        else _Builder(text, load_baseline).build(tree)
+    )
     if not isinstance(built, V.Expr):
         raise ValueError(f"{text!r}: an objective must be an expression of rates")
     return built

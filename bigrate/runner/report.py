@@ -4,7 +4,10 @@
   with the NP operating point (threshold 0) and the rho line;
 * Pfa, Pnd and the multiplier lambda per epoch;
 * for sweeps, the selection score over the grid (a heat map for two parameters, a line
-  for one, a bar per point otherwise).
+  for one, a bar per point otherwise);
+* for a quantile path, Pfa and Pnd on the held-out split along tau, with the chosen tau;
+* for BPSP, the exact CV-error map with the chosen (C+, C-) (written by the run);
+* for a job's dataset constraints, each one's two sides on every split.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.metrics import roc_points
 from bigrate.rundir import RunDir
 from bigrate.runner.modelio import TrainedModel
-from bigrate.runner.status import results_table, sweep_table
+from bigrate.runner.status import format_metrics, sweep_table
 
 plt = pyplot()
 
@@ -161,6 +164,22 @@ def plot_sweep(sweep: dict, path: Path) -> Path | None:
     return save_png(fig, path)
 
 
+def plot_tau_path(tau: dict, path: Path) -> Path:
+    """Pfa and Pnd along tau on the split the quantile path's tau was chosen on."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    ax.plot(tau["tau"], tau["pfa"], label="Pfa")
+    ax.plot(tau["tau"], tau["pnd"], label="Pnd")
+    ax.axhline(tau["rho"], color="C2", ls="--", label=f"rho = {tau['rho']:g}")
+    ax.axvline(tau["tau_chosen"], color="C3", ls=":",
+               label=f"chosen tau = {tau['tau_chosen']:.3g}")  # fmt: skip
+    ax.set_xlabel("tau (share of the cost on false positives)")
+    ax.set_ylabel(f"rate on the {tau['split']} split")
+    ax.set_title(f"quantile path: tau chosen by {tau['by']}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_png(fig, path)
+
+
 def make_report(run_path) -> Path:
     """Write report/*.png and report/index.html (images embedded); returns the page."""
     run = RunDir.open(run_path)
@@ -180,8 +199,7 @@ def make_report(run_path) -> Path:
     if model_dir is not None and (model_dir / "model.json").exists():
         model = TrainedModel(model_dir)
         est = model.estimator
-        params = est.get_params()
-        target = ("rho", params["rho"]) if "rho" in params else ("q", params.get("q"))
+        target = next(iter(est.rate_target().items()), None)  # what it promises
         ds = ShardedDataset(job["data"])
         split = next(s for s in ("test", "val", "train") if s in ds.splits)
         pngs.append(
@@ -197,15 +215,17 @@ def make_report(run_path) -> Path:
         s = plot_sweep(metrics["sweep"], out / "sweep.png")
         if s:
             pngs.append(("Sweep score over the grid", s))
+    if metrics.get("tau"):
+        pngs.append(("Quantile path: held-out Pfa and Pnd along tau",
+                     plot_tau_path(metrics["tau"], out / "tau_path.png")))  # fmt: skip
+    if (run.path / "bpsp_cv_error.png").exists():
+        pngs.append(("BPSP: the exact CV-error map, the chosen point starred",
+                     run.path / "bpsp_cv_error.png"))  # fmt: skip
     parts = [
         f"<h1>bigrate run {html.escape(run.path.name)}</h1>",
         f"<p>job <b>{html.escape(job['name'])}</b> ({job['kind']}, "
         f"{html.escape(str(job.get('estimator')))}, engine {job['engine']})</p>",
-        "<pre>"
-        + html.escape(
-            results_table(metrics.get("evaluation", {}), metrics.get("target"))
-        )
-        + "</pre>",
+        "<pre>" + html.escape(format_metrics(metrics)) + "</pre>",
     ]
     if metrics.get("sweep") and any("rank" in r for r in metrics["sweep"]["points"]):
         parts.append(

@@ -19,12 +19,15 @@ import time
 
 FAULT_FILE = os.environ.get("BIGRATE_FAULT_FILE")
 
-# name -> (module, attribute path)
+# name -> (module, attribute path); the first ones run on cluster workers, the last
+# ones in the driver (the `bigrate` command itself)
 TARGETS = {
     "slot": ("bigrate.engines.base", "Slot.__init__"),
     "warm": ("bigrate.linear.distributed", "warm_steps"),
     "round": ("bigrate.linear.distributed", "sgd_round"),
     "evaluate": ("bigrate.runner.evaluate", "score_file"),
+    "driver-evaluate": ("bigrate.runner.evaluate", "evaluate"),
+    "bpsp-save": ("bigrate.runner.fit", "_save_task"),
 }
 
 

@@ -430,3 +430,35 @@ def test_dask_pinned_pool_shrinks_with_the_cluster_and_grows_back():
             both = pool.run(pid_and_calls, [(0,), (1,)])
             assert pool.n_slots == 2 and len({r[0] for r in both}) == 2
             assert pool.kind == "actors"
+
+
+def _canary(seed=0, n=6000, frac=0.3):
+    """blobs with one more feature, 1.0 on exactly the negatives the umbrella
+    calibration holds out (random_state 0) and 0 elsewhere: a step on any of them would
+    move that feature's weight away from 0, so a model whose weight is 0 there was
+    trained on none of them."""
+    from bigrate.linear.sampler import holdout_mask
+
+    X, y = blobs(seed, n=n)
+    held = holdout_mask(np.arange(n), frac, 0) & (y < 0)
+    return np.c_[X, held.astype(float)], y, held
+
+
+@pytest.mark.parametrize("where", ["memory", "shards", "2 dask workers"])
+def test_calibration_negatives_are_never_trained_on(where, tmp_path, dask_engine):
+    from bigrate.linear import fit_distributed
+
+    X, y, held = _canary()
+    est = NeymanPearsonSGD(rho=0.1, epochs=3, calibrate="umbrella", random_state=0)
+    if where == "memory":
+        est.fit(X, y)
+    else:
+        ds = write_dataset(tmp_path / "ds", X, y, row_group_size=500)
+        if where == "shards":
+            est.fit(ds)
+        else:
+            fit_distributed(est, ds, dask_engine, progress=False)
+            assert est.engine_["workers"] == 2
+    assert est.coef_[0, -1] == 0.0  # no step on a held-out row
+    assert np.count_nonzero(est.coef_[0, :-1]) == X.shape[1] - 1  # the others moved
+    assert est.n_calibration_ == int(held.sum()) > 500  # and they all calibrated
