@@ -65,7 +65,7 @@ class ClusterLost(RuntimeError):
     run on it; what was saved (a training checkpoint, finished sweep tasks) resumes on
     a cluster that is there. ``str(e)`` is one line naming what was lost;
     ``address`` is the cluster's (None: embedded); ``at`` says where the work
-    stood (e.g. "round 23"), set by the caller that knows."""
+    stood (e.g. "at round 23"), set by the caller that knows."""
 
     def __init__(self, message: str, address: str | None = None):
         super().__init__(message)

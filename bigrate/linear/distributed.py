@@ -472,7 +472,7 @@ def fit_distributed(
                 last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
     except BaseException as e:
         if isinstance(e, ClusterLost) and e.at is None:
-            e.at = f"round {rnd + 1}"
+            e.at = f"at round {rnd + 1}"
         if checkpoint is not None and rnd > last_ckpt_round:
             checkpoint(snapshot())  # the last finished round, for resume
         raise

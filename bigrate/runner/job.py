@@ -376,8 +376,10 @@ def lost_message(e: ClusterLost) -> str:
     what was lost and when, what is saved, and the command that continues."""
     import shlex
 
-    at = f" at {e.at}" if e.at else ""
-    if e.checkpoint is not None:
+    at = f" {e.at}" if e.at else ""
+    if getattr(e, "trained", False):
+        saved = "the trained model is saved"
+    elif e.checkpoint is not None:
         saved = f"the checkpoint after round {e.checkpoint} is saved"
     elif getattr(e, "tasks_done", 0):
         saved = f"{e.tasks_done} finished task(s) are saved"
@@ -428,6 +430,11 @@ def execute(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         run.event("interrupted", checkpoint_round=ck, tasks_done=len(run.results()))
         raise RunInterrupted(run.path, ck) from None
     except ClusterLost as e:
+        e.trained = any(x["event"] == "train_finished" for x in run.events())
+        if e.at is None:  # where the work stood, if the fit did not say
+            done = len(run.results())
+            e.at = ("during the final evaluation" if e.trained
+                    else f"after {done} finished sweep tasks" if done else None)  # fmt: skip
         e.run_path, e.checkpoint = str(run.path), checkpoint_round(run)
         e.tasks_done, e.resume_address = len(run.results()), spec.address
         run.event(

@@ -3,11 +3,15 @@
 The cluster processes those tests start (Dask workers, a Ray head and its workers) get
 this folder on their PYTHONPATH, so Python imports this module at start-up. With
 ``BIGRATE_FAULT_FILE`` set, it wraps the functions listed in ``TARGETS`` once their
-module is imported; each call reads that file, ``NAME N`` (or nothing), and the N-th
-call of NAME across the whole cluster (counted by creating files ``NAME-1``,
-``NAME-2``, ... next to it, which only one process can do each) sends SIGKILL to the
-process making it, before the function runs: the worker dies exactly there, as a
-machine that fails does. The tests write the file before each job and remove it after.
+module is imported; each call reads that file, lines ``NAME N [DELAY]`` (or nothing),
+and the N-th call of NAME across the whole cluster (counted by creating files
+``NAME-1``, ``NAME-2``, ... next to it, which only one process can do each) sends
+SIGKILL to the process making it, before the function runs: the worker dies exactly
+there, as a machine that fails does. Once one of them has, every wrapped call first
+sleeps DELAY seconds (default 0): slower workers, so that the job still runs when the
+replacement of the lost one joins. A line ``slow DELAY`` makes every call sleep that
+long, without killing. The tests write the file before each job and remove it after.
+The `bigrate` command itself (the driver) can load it too.
 """
 
 import functools
@@ -32,25 +36,30 @@ TARGETS = {
 
 
 def _armed(name: str) -> bool:
-    """Whether this call of ``name`` is the one to die at (after sleeping DELAY, if
-    the kill happened already)."""
+    """Whether this call of ``name`` is one to die at (after sleeping DELAY, if a kill
+    happened already)."""
     try:
         with open(FAULT_FILE) as f:
-            want, n, *delay = f.read().split()
+            specs = [line.split() for line in f if line.strip()]
+        for spec in [s for s in specs if s[0] == "slow"]:
+            time.sleep(float(spec[1]))  # every call slower, no kill
+        specs = [s for s in specs if s[0] != "slow"]
+        kills = [(want, int(n)) for want, n, *_ in specs]
+        delay = max((float(d[0]) for _, _, *d in specs if d), default=0.0)
     except (OSError, ValueError):
         return False
     d = os.path.dirname(FAULT_FILE)
-    if os.path.exists(os.path.join(d, f"{want}-{n}")):
-        time.sleep(float(delay[0]) if delay else 0.0)
+    if delay and any(os.path.exists(os.path.join(d, f"{w}-{n}")) for w, n in kills):
+        time.sleep(delay)
+    at = {n for want, n in kills if want == name}
+    if not at:
         return False
-    if want != name:
-        return False
-    for k in range(1, int(n) + 1):  # claim the next call number, cluster-wide
+    for k in range(1, max(at) + 1):  # claim the next call number, cluster-wide
         try:
             os.close(os.open(os.path.join(d, f"{name}-{k}"), os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             continue
-        return k == int(n)
+        return k in at
     return False
 
 

@@ -363,7 +363,11 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     args = (p.Q, p.y, p.box, p.space.r_coef)
     kinds = set()
     checked = refused = 0
-    for st in p._run_compiled(None, Kv).states:
+    states = p._run_compiled(None, Kv).states
+    # about 400 regions spread over the whole partition (every region of the (C+, C-)
+    # triangle's 343; every third of the rectangle's 1,248): each check solves a
+    # region's every neighbour from scratch in Python
+    for st in states[:: max(1, len(states) // 400)]:
         a, b, g, ineq, singular, _, M, B = _solved(K, args, st)
         h = K.numerators(Kv, p.y, st, a, b)
         for f in range(ineq.shape[0]):

@@ -2,9 +2,8 @@
 warm-up of each (the fit that loads a worker's imports and compiled kernels before a
 sweep) ends without an error with the job's own parameters."""
 
-import tomllib
-
 import pytest
+import tomllib
 
 from tests.conftest import REPO
 
