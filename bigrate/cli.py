@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from bigrate._version import __version__
+
+    ap.add_argument("--version", action="version", version=f"bigrate {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     prep = sub.add_parser("prep", help="convert data into Parquet shards")
@@ -454,10 +457,6 @@ def _info(a) -> int:
     return 0
 
 
-def _on_sigterm(signum, frame):  # turn SIGTERM into an exception so cleanup runs
-    raise SystemExit(128 + signum)
-
-
 def _run_failed(a, e: Exception) -> int:
     """A run that failed: one line and where its traceback is (the run's events), exit
     status 1; an error outside a run is raised (a traceback: a bug)."""
@@ -485,10 +484,9 @@ def main(argv: list[str] | None = None) -> int:
             except FileNotFoundError as e:
                 print(f"bigrate: error: {e}", file=sys.stderr)
                 return 2
-    signal.signal(signal.SIGTERM, _on_sigterm)
     from bigrate.runner import interrupt
 
-    interrupt.install()
+    interrupt.install()  # Ctrl-C and SIGTERM: an interruption (exit 128 + signal)
     try:
         if a.cmd == "prep":
             return _prep(a)
@@ -505,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if a.cmd in handlers:
             rc = handlers[a.cmd](a)
-            interrupt.check()  # a Ctrl-C swallowed on the way still ends in 130
+            interrupt.check()  # a signal swallowed on the way still ends in 128 + it
             return rc
     except (DataError, FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"bigrate: error: {e}", file=sys.stderr)
@@ -529,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         from bigrate.runner.job import RunInterrupted
 
+        sig = interrupt.received()
+        what = "interrupted" + (" (SIGTERM)" if sig == signal.SIGTERM else "")
         if isinstance(e, RunInterrupted):
             saved = (
                 f"training checkpoint after round {e.checkpoint}"
@@ -536,20 +536,18 @@ def main(argv: list[str] | None = None) -> int:
                 else "finished work"
             )
             print(
-                f"bigrate: interrupted; {saved} is saved. Continue with:\n"
+                f"bigrate: {what}; {saved} is saved. Continue with:\n"
                 f"  bigrate resume {shlex.quote(e.run_path)}",
                 file=sys.stderr,
             )
-        elif a.cmd in ("run", "resume"):
+        elif a.cmd in ("run", "resume", "train"):
             print(
-                "bigrate: interrupted before the run started; nothing to resume",
+                f"bigrate: {what} before the run started; nothing to resume",
                 file=sys.stderr,
             )
         else:
-            print(
-                "bigrate: interrupted; nothing was left half-written", file=sys.stderr
-            )
-        return 130
+            print(f"bigrate: {what}; nothing was left half-written", file=sys.stderr)
+        return 128 + sig
     except BrokenPipeError:  # e.g. `bigrate info DIR --json | head`
         import os
 

@@ -295,13 +295,24 @@ class ShardedDataset:
             out = out.take(np.argsort(out.row_id, kind="stable"))
         return out
 
-    def check(self) -> None:
+    @property
+    def is_local(self) -> bool:
+        """Whether the files are on a local disk (where reading footers is cheap)."""
+        protocol = self.fs.protocol
+        return "file" in (protocol if isinstance(protocol, tuple) else (protocol,))
+
+    def check(self, files: bool = True) -> None:
         """Cheap consistency checks of the files against the manifest (no data read):
         every listed file exists with the recorded size, its Parquet footer holds the
-        recorded rows and row groups and the shard schema, and the files add up to the
-        manifest's row counts. Raises :class:`DataError` naming the file."""
+        recorded rows and row groups and the shard schema (``files``: a request or
+        two a file on object storage), and the files add up to the manifest's row
+        counts. Raises :class:`DataError` naming the file."""
         totals: dict = {}
         for shard in self._files:
+            key = (shard.split, shard.cls)
+            totals[key] = totals.get(key, 0) + shard.rows
+            if not files:
+                continue
             full = _join(self.root, shard.path)
             try:
                 size = self.fs.size(full)
@@ -334,8 +345,6 @@ class ShardedDataset:
                     )
             finally:
                 pf.close()
-            key = (shard.split, shard.cls)
-            totals[key] = totals.get(key, 0) + shard.rows
         for split, counts in self.manifest.get("rows", {}).items():
             for cls, n in counts.items():
                 if totals.get((split, cls), 0) != n:

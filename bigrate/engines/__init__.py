@@ -73,8 +73,10 @@ def open_engine(
 
 def check_reachable(name: str, address: str | None, timeout: float = DEFAULT_TIMEOUT):
     """Fail fast (:class:`EngineConnectError`) if the cluster at ``address`` cannot be
-    reached, before any work or run directory is made; no-op without an address."""
-    from bigrate.engines.base import wait_reachable
+    reached or does not answer as that engine's cluster does (:func:`~bigrate.engines.
+    base.probe_cluster`), before any work or run directory is made; no-op without an
+    address."""
+    from bigrate.engines.base import probe_cluster, wait_reachable
 
     if not address or name == "local":
         return
@@ -84,3 +86,4 @@ def check_reachable(name: str, address: str | None, timeout: float = DEFAULT_TIM
         client = address.startswith("ray://")
         wait_reachable(address, 10001 if client else 6379, timeout,
                        "Ray client server" if client else "Ray cluster (GCS)")  # fmt: skip
+    probe_cluster(name, address, timeout)

@@ -90,6 +90,8 @@ class Watch:
         self.next_notice = self.engine.stall_after
 
     def idle(self, waiting: int | None = None) -> None:
+        if self.engine.should_stop is not None and self.engine.should_stop():
+            raise KeyboardInterrupt
         self.engine.check_cluster()
         quiet = time.monotonic() - self.since
         if quiet >= self.next_notice:
@@ -136,6 +138,100 @@ def wait_reachable(address: str, default_port: int, timeout: float, what: str) -
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
+#: seconds a Dask scheduler or Ray GCS may take to answer a probe (they answer at once)
+GREETING_SECONDS = 10.0
+#: what a gRPC (HTTP/2) client sends first, and an empty SETTINGS frame
+_H2_PREFACE = (
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+)
+
+
+def _shown(data: bytes) -> str:
+    """What a server sent, for a message: its first line if text, else hex."""
+    head = data[:60]
+    text = head.split(b"\n")[0].strip()
+    if text and all(32 <= c < 127 for c in text):
+        return repr(text.decode())
+    return f"bytes {head[:16].hex(' ')}"
+
+
+def _greeting(host, port, timeout: float, send: bytes, n: int, good) -> bytes:
+    """The first ``n`` bytes the server at (host, port) sends (after ``send``), or as
+    many as came within ``timeout`` seconds; when ``good(data)`` says they are not what
+    was expected, what else it sends in the next 0.3 s too (for the message)."""
+
+    def read(s, data, upto, until):
+        while len(data) < upto:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            s.settimeout(left)
+            try:
+                chunk = s.recv(upto - len(data))
+            except OSError:  # a timeout, or the connection reset
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        if send:
+            s.sendall(send)
+        data = read(s, b"", n, time.monotonic() + timeout)
+        if data and not good(data):
+            data = read(s, data, 64, time.monotonic() + 0.3)
+    return data
+
+
+def probe_cluster(name: str, address: str, timeout: float) -> None:
+    """Check that what listens at ``address`` speaks as the engine's cluster does,
+    before any client is made: a Dask scheduler greets a connection at once with its
+    handshake (an 8-byte length first); a Ray GCS or client server answers an HTTP/2
+    preface with a SETTINGS frame. Anything else (an SSH banner, an HTTP server, a
+    silent port) is :class:`EngineConnectError`: one line naming the address and what
+    answered. TLS addresses (and Ray with RAY_USE_TLS) are not probed: their TLS
+    handshake comes first."""
+    import os
+    import struct
+
+    wait = min(timeout, GREETING_SECONDS)
+    if name == "dask":
+        if not address.startswith("tcp://"):
+            return
+        host, port = host_port(address, 8786)
+        what = "a Dask scheduler"
+
+        def good(d):  # its handshake's length, first
+            return len(d) >= 8 and 0 < struct.unpack("<Q", d[:8])[0] < 2**26
+
+        data = _greeting(host, port, wait, b"", 8, good)
+    elif name == "ray":
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        client = address.startswith("ray://")
+        host, port = host_port(address, 10001 if client else 6379)
+        what = "a Ray client server" if client else "a Ray cluster (GCS)"
+
+        def good(d):  # an HTTP/2 SETTINGS frame
+            return len(d) >= 9 and d[3] == 0x04
+
+        data = _greeting(host, port, wait, _H2_PREFACE, 9, good)
+    else:
+        return
+    if good(data):
+        return
+    if not data:
+        raise EngineConnectError(
+            f"the server at {address} accepted the connection but said nothing in "
+            f"{wait:g} s, which {what} does at once: check the address and port"
+        )
+    raise EngineConnectError(
+        f"the server at {address} answered {_shown(data)}, not as {what} does: "
+        "check the address and port (and that the cluster is not behind TLS)"
+    )
+
+
 class Engine(ABC):
     """Base class of the engines; see the module docstring for the contract."""
 
@@ -148,6 +244,9 @@ class Engine(ABC):
     on_notice: Callable[[str], None] | None = None
     #: seconds without a result after which a wait says so (then at doubling times)
     stall_after: float = STALL_SECONDS
+    #: asked at every idle look of a wait: True ends the wait with KeyboardInterrupt (a
+    #: stop was asked for, e.g. SIGTERM while the round's workers were lost)
+    should_stop: Callable[[], bool] | None = None
 
     @property
     def dashboard_link(self) -> str | None:
@@ -212,6 +311,8 @@ class Engine(ABC):
             )
         deadline = time.monotonic() + self.worker_wait
         while True:
+            if self.should_stop is not None and self.should_stop():
+                raise KeyboardInterrupt
             self.check_cluster()  # says so, then gives up, while there are none
             have = self.n_workers
             if have >= n:

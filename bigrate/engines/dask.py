@@ -14,8 +14,11 @@ worker for ``worker_wait`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from bigrate.engines.base import (
     Pinned,
     Slot,
     TaskError,
+    probe_cluster,
     submit_while_free,
     wait_reachable,
 )
@@ -41,6 +45,27 @@ from bigrate.engines.base import (
 RECONNECT_SECONDS = 5.0
 
 _HEARTBEAT_LOST = "Failed to communicate with scheduler during heartbeat"
+
+
+@contextlib.contextmanager
+def _workers_ignore_signals():
+    """Worker processes spawned within ignore SIGINT and SIGTERM (a disposition kept
+    through exec): a terminal's Ctrl-C and a batch system's SIGTERM to the process
+    group reach the driver, which ends the work cleanly and then closes the cluster,
+    and not the embedded workers, which would print tracebacks. They still end with
+    the driver, however it ends: each exits when its parent's pipe closes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = [signal.getsignal(s) for s in sigs]
+    for s in sigs:
+        signal.signal(s, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for s, h in zip(sigs, old, strict=True):
+            signal.signal(s, h)
 
 
 class _HeartbeatOneLine(logging.Filter):
@@ -120,6 +145,7 @@ class DaskEngine(Engine):
         self._empty_since = None
         if address:
             wait_reachable(address, 8786, timeout, "Dask scheduler")
+            probe_cluster("dask", address, timeout)
         from dask.distributed import Client, LocalCluster
 
         if address:
@@ -143,19 +169,20 @@ class DaskEngine(Engine):
                     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                 }
             ):
-                self.cluster = LocalCluster(
-                    host="127.0.0.1",
-                    n_workers=n,
-                    threads_per_worker=1,
-                    processes=True,
-                    memory_limit=memory_limit,
-                    # a random loopback port either way: the scheduler's HTTP server
-                    # (health, metrics) never takes 8787 from another cluster here
-                    dashboard_address="127.0.0.1:0",
-                    worker_dashboard_address="127.0.0.1:0",
-                    scheduler_kwargs={"dashboard": bool(dashboard)},
-                    silence_logs=logging.ERROR if quiet else logging.WARNING,
-                )
+                with _workers_ignore_signals():
+                    self.cluster = LocalCluster(
+                        host="127.0.0.1",
+                        n_workers=n,
+                        threads_per_worker=1,
+                        processes=True,
+                        memory_limit=memory_limit,
+                        # a random loopback port either way: the scheduler's HTTP server
+                        # (health, metrics) never takes 8787 from another cluster here
+                        dashboard_address="127.0.0.1:0",
+                        worker_dashboard_address="127.0.0.1:0",
+                        scheduler_kwargs={"dashboard": bool(dashboard)},
+                        silence_logs=logging.ERROR if quiet else logging.WARNING,
+                    )
             self.client = Client(self.cluster)
             self.client.register_plugin(_OneLineHeartbeats())
         self._scheduler_id = self.client.scheduler_info().get("id")

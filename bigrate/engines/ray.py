@@ -34,6 +34,7 @@ from bigrate.engines.base import (
     Slot,
     TaskError,
     host_port,
+    probe_cluster,
     submit_while_free,
     wait_reachable,
 )
@@ -100,6 +101,7 @@ class RayEngine(Engine):
             client = address.startswith("ray://")
             wait_reachable(address, 10001 if client else 6379, timeout,
                            "Ray client server" if client else "Ray cluster (GCS)")  # fmt: skip
+            probe_cluster("ray", address, timeout)
         host = (address or "").split("://")[-1].rsplit(":", 1)[0]
         loopback = not address or (
             host in ("127.0.0.1", "localhost") and not address.startswith("ray://")

@@ -54,6 +54,7 @@ def open_engine(spec: JobSpec, run: RunDir | None = None, progress: bool = True)
     )  # fmt: skip
     try:
         eng.on_notice = _notices(run, progress)
+        eng.should_stop = interrupt.requested  # a signal ends a wait that is idle
         workers = (
             eng.wait_for_workers(spec.workers or 1) if spec.address else eng.n_workers
         )
@@ -227,6 +228,14 @@ def _trained(run: RunDir) -> tuple | None:
     from bigrate.io import load_model
 
     return load_model(run.path / "model"), done["seconds"]
+
+
+def check_data(spec: JobSpec) -> None:
+    """The job's dataset checked against its manifest before any cluster starts or run
+    directory is made (file sizes, Parquet footers and row counts on a local disk; the
+    row counts alone on object storage, where each footer is a request)."""
+    ds = ShardedDataset(spec.data)
+    ds.check(files=ds.is_local)
 
 
 def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
@@ -467,6 +476,7 @@ def start(spec: JobSpec, progress: bool = True, run_path=None) -> tuple[RunDir, 
     directory is made."""
     from bigrate.engines import check_reachable
 
+    check_data(spec)
     check_reachable(spec.engine, spec.address or None, spec.timeout)
     config = {"job": spec.to_json()}
     run = (
@@ -502,6 +512,7 @@ def resume(
             if progress:
                 _say(f"{run.path} is already complete")
             return run, run.read_json("metrics.json")
+        check_data(spec)
         check_reachable(spec.engine, spec.address or None, spec.timeout)
         ck = checkpoint_round(run)
         run.event("resumed", from_round=ck, tasks_done=len(run.results()))

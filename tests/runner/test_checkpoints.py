@@ -3,6 +3,7 @@
 final model equals that of an uninterrupted run with the same seed and engine."""
 
 import json
+import os
 import signal
 import time
 
@@ -128,20 +129,37 @@ def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, synt
     same_model(load_model(run / "model"), uninterrupted)
 
 
-def test_dask_training_resumes_to_the_uninterrupted_model(tmp_path, synth):
-    out_a, out_b = tmp_path / "a", tmp_path / "b"
-    body_a = train_body(synth, out_a, engine="dask", epochs=4)
-    run_cli("run", job_file(tmp_path, body_a), "--quiet", check=True)
-    whole = load_model(only_run(out_a) / "model")
-    (tmp_path / "b").mkdir()
-    body_b = train_body(synth, out_b, engine="dask", epochs=4)
-    proc = start_cli("run", job_file(tmp_path / "b", body_b), "--quiet")
-    run = wait_for_checkpoint(out_b, 3, proc)
-    proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_signal_to_the_process_group_interrupts_a_dask_job_cleanly(
+    tmp_path, synth, sig
+):
+    """A terminal's Ctrl-C (SIGINT) or a batch system's SIGTERM, sent to the whole
+    process group (the driver and its embedded Dask workers): an interruption, not a
+    failure: the last round's checkpoint, the resume command, exit 128 + signal, no
+    traceback from any process; the resumed run ends with the uninterrupted model
+    (the rounds on the local engine with the data in the same two shares)."""
+    from bigrate import NeymanPearsonSGD
+    from bigrate.engines.local import LocalEngine
+    from bigrate.linear.distributed import fit_distributed
+
+    out = tmp_path / "b"
+    body = train_body(synth, out, engine="dask", epochs=4)
+    proc = start_cli("run", job_file(tmp_path, body), "--quiet",
+                     start_new_session=True)  # fmt: skip
+    run = wait_for_checkpoint(out, 3, proc)
+    os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=180)
-    assert proc.returncode == 130, err.decode()
-    assert "Traceback" not in err.decode()
+    err = err.decode()
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err and "Error" not in err, err
+    what = "interrupted (SIGTERM)" if sig == signal.SIGTERM else "interrupted"
+    assert f"bigrate: {what}; training checkpoint after round" in err, err
+    assert f"bigrate resume {run}" in err
+    st = run_cli("status", run, check=True).stdout
+    assert "state    interrupted" in st
     snap = load_snapshot(run / "checkpoint")
     assert snap.round < 16 and snap.schedule["workers"] == 2
     run_cli("resume", run, check=True)
+    whole = NeymanPearsonSGD(rho=0.05, epochs=4, random_state=0)
+    fit_distributed(whole, synth, LocalEngine(), workers=2, progress=False)
     same_model(load_model(run / "model"), whole)

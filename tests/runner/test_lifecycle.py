@@ -46,6 +46,81 @@ def test_dead_address_fails_in_one_line_without_a_run_directory(
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+class _Server:
+    """A loopback server that greets each connection with ``banner`` (None: says
+    nothing), as an SSH daemon or a busy HTTP server would."""
+
+    def __init__(self, banner: bytes | None):
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.banner, self.conns = banner, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            if self.banner:
+                c.sendall(self.banner)
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("engine", ["dask", "ray"])
+@pytest.mark.parametrize(
+    "banner, answered",
+    [(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", "answered 'SSH-2.0-OpenSSH_9.2p1 Debian-2'"),
+     (None, "accepted the connection but said nothing in 3 s")],
+    ids=["banner", "silent"],
+)  # fmt: skip
+def test_an_address_that_is_not_a_cluster_fails_in_one_line(
+    tmp_path, synth, engine, banner, answered
+):
+    server = _Server(banner)
+    try:
+        address = ("tcp://" if engine == "dask" else "") + f"127.0.0.1:{server.port}"
+        body = train_job(synth, tmp_path / "runs", engine=engine)
+        body = body.replace(f'name = "{engine}"', f'name = "{engine}"\ntimeout = 3')
+        t0 = time.time()
+        p = run_cli("run", job_file(tmp_path, body), "--address", address, timeout=120)
+        took = time.time() - t0
+    finally:
+        server.close()
+    assert p.returncode == 2, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"bigrate: error: the server at {address} {answered}")
+    assert "Traceback" not in p.stderr and took < 30
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_manifest_that_lies_is_refused_before_any_cluster_starts(tmp_path, synth):
+    data = tmp_path / "data"
+    shutil.copytree(synth, data)
+    man = json.loads((data / "manifest.json").read_text())
+    true_neg = man["rows"]["train"]["neg"]
+    man["rows"]["train"]["neg"] = true_neg + 1943
+    (data / "manifest.json").write_text(json.dumps(man))
+    body = train_job(data, tmp_path / "runs", engine="dask")
+    p = run_cli("run", job_file(tmp_path, body))
+    assert p.returncode == 2, p.stderr
+    assert f"rows['train']['neg'] is {true_neg + 1943:,} but its files hold" in p.stderr
+    assert "engine" not in p.stderr and "Traceback" not in p.stderr  # none started
+    assert not (tmp_path / "runs").exists()
+    p = run_cli("train", data, "--engine", "dask")
+    assert p.returncode == 2 and "but its files hold" in p.stderr
+
+
 def test_failure_is_recorded_and_status_says_resume_cannot_help(tmp_path, synth):
     data = tmp_path / "data"
     shutil.copytree(synth, data)
@@ -132,3 +207,10 @@ def test_info_json_into_a_closed_pipe(synth):
     p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
     assert len(p.stdout.splitlines()) == 3
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
+
+
+def test_version():
+    from bigrate import __version__
+
+    p = run_cli("--version", check=True)
+    assert p.stdout.strip() == f"bigrate {__version__}"
