@@ -44,8 +44,8 @@ from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
 from bigrate.metrics import (
     np_quantile_threshold,
+    np_threshold,
     np_umbrella_order,
-    np_umbrella_threshold,
 )
 
 
@@ -220,9 +220,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
         Stop when |Pfa - rho| <= epsilon and beta is stable.
     max_iter : int, default 200
         Outer iterations (DC steps); ``smo_max_iter`` bounds each dual solve.
-    calibrate : {None, "quantile", "umbrella"}, default None
+    calibrate : {"auto", "quantile", "umbrella", None}, default "auto"
         Hold out ``calibration_fraction`` of the negatives (drawn with
-        ``random_state``), train on the rest, then move the threshold so that f >= 0
+        ``random_state``, 0 if None), train on the rest, then move the threshold so that f >= 0
         exactly when the score exceeds a threshold t of the held-out negatives' scores:
         "quantile", the order statistic whose false-alarm rate on new data is at most
         rho on average (:func:`bigrate.metrics.np_quantile_threshold`; the plain
@@ -230,7 +230,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
         with m held-out negatives); "umbrella", the NP
         umbrella order statistic (:func:`bigrate.metrics.np_umbrella_threshold`): Pfa on
         new data <= rho with probability >= 1 - ``delta`` over the held-out draw (needs
-        at least log(delta) / log(1 - rho) held-out negatives: 59 at rho 0.05).
+        at least log(delta) / log(1 - rho) held-out negatives: 59 at rho 0.05);
+        "auto", the umbrella threshold where the held-out negatives are enough, else
+        the "quantile" one with a warning (:func:`bigrate.metrics.np_threshold`); None:
+        no hold-out, the training constraint only. ``guarantee_`` says which a fit
+        got.
     calibration_fraction : float in (0, 1), default 0.3
     delta : float in (0, 1), default 0.05
     warm_start : bool, default False
@@ -256,6 +260,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
         With ``calibrate``: the number of held-out negatives.
     calibration_rows_ : ndarray of int
         With ``calibrate``: the rows of X held out (not trained on).
+    guarantee_ : dict
+        What this fit promises on new data: ``kind`` "umbrella" (P(Pfa > rho) <=
+        delta), "expected" (Pfa <= rho on average), "none" (too few held-out
+        negatives to set a threshold) or "training" (calibrate=None), with ``rho``,
+        ``delta``, ``n_calibration`` and ``text``.
 
     Examples
     --------
@@ -282,7 +291,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         "method": [StrOptions({"annealed", "uzawa"})],
         "epsilon": [Interval(Real, 0, 1, closed="left")],
         "smo_max_iter": [Interval(Integral, 1, None, closed="left")],
-        "calibrate": [StrOptions({"quantile", "umbrella"}), None],
+        "calibrate": [StrOptions({"auto", "quantile", "umbrella"}), None],
         "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "warm_start": ["boolean"],
@@ -307,7 +316,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         max_iter=200,
         smo_max_iter=1_000_000,
         cache_mb=200.0,
-        calibrate=None,
+        calibrate="auto",
         calibration_fraction=0.3,
         delta=0.05,
         random_state=None,
@@ -372,35 +381,56 @@ class NeymanPearsonSVC(_KernelSVCBase):
     def fit(self, X, y=None):
         t0 = time.perf_counter()
         X, yy = self._data(X, y)
-        if self.calibrate is None:
+        neg = np.flatnonzero(yy < 0)
+        m = int(round(self.calibration_fraction * len(neg)))
+        calibrate = self.calibrate
+        if calibrate == "auto" and (m < 1 or m >= len(neg)):
+            calibrate = None  # too few negatives to hold any out: said below
+        if calibrate is None:
             self._fit_np(X, yy)
+            self.guarantee_ = {
+                "kind": "training", "rho": float(self.rho), "delta": None,
+                "n_calibration": 0,
+                "text": f"Pfa <= {self.rho:g} on the training data only",
+            }  # fmt: skip
+            if self.calibrate == "auto":  # warns: too few to set any threshold
+                self.guarantee_ = np_threshold(np.zeros(0), self.rho, self.delta)[1]
         else:
-            neg = np.flatnonzero(yy < 0)
-            m = int(round(self.calibration_fraction * len(neg)))
             if m < 1 or m >= len(neg):
                 raise ValueError(
                     f"calibration_fraction={self.calibration_fraction} of {len(neg)} "
                     "negatives leaves no held-out or no training negative"
                 )
             # enough held-out negatives? (checked before fitting)
-            if self.calibrate == "umbrella":
+            if calibrate == "umbrella":
                 np_umbrella_order(m, self.rho, self.delta)
-            else:
+            elif calibrate == "quantile":
                 np_quantile_threshold(np.zeros(m), self.rho)
-            rng = check_random_state(self.random_state)
+            # the same rows every fit unless random_state says otherwise (a warm start
+            # along C refits on the same rows)
+            seed = 0 if self.random_state is None else self.random_state
+            rng = check_random_state(seed)
             held = np.zeros(len(yy), bool)
             held[rng.choice(neg, m, replace=False)] = True
             self._fit_np(X[~held], yy[~held])
             # the decision without its intercept, computed as decision_function
             # does, so that moving the intercept moves every score by exactly it
             raw = self._kernel_part(X[held])
-            if self.calibrate == "quantile":
+            if calibrate == "quantile":
                 t = np_quantile_threshold(raw, self.rho)
-            else:
-                t = np_umbrella_threshold(raw, self.rho, self.delta)
-            b_new = -np.nextafter(t, np.inf)
-            self.threshold_shift_ = float(b_new - self.intercept_[0])
-            self.intercept_ = np.array([b_new])
+                self.guarantee_ = {
+                    "kind": "expected", "rho": float(self.rho), "delta": None,
+                    "n_calibration": m,
+                    "text": f"Pfa <= {self.rho:g} on new data on average (the order "
+                            f"statistic of {m:,} held-out negatives)",
+                }  # fmt: skip
+            else:  # umbrella, or auto: the umbrella where they are enough
+                t, self.guarantee_ = np_threshold(raw, self.rho, self.delta)
+            self.threshold_shift_ = 0.0
+            if t is not None:
+                b_new = -np.nextafter(t, np.inf)
+                self.threshold_shift_ = float(b_new - self.intercept_[0])
+                self.intercept_ = np.array([b_new])
             self.n_calibration_ = m
             self.calibration_rows_ = np.flatnonzero(held)
             self.support_ = np.flatnonzero(~held)[self.support_]  # rows of X

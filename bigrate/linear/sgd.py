@@ -48,7 +48,7 @@ from bigrate.linear.sampler import (
     steps_per_epoch,
 )
 from bigrate.losses import loss_code
-from bigrate.metrics import Confusion, np_umbrella_threshold
+from bigrate.metrics import Confusion, np_threshold, np_umbrella_threshold
 
 
 @dataclass(frozen=True)
@@ -492,6 +492,10 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         self.t_ = float(st.t)
         self.config_ = asdict(cfg)
         self.threshold_shift_ = 0.0
+        self._uncalibrated()
+
+    def _uncalibrated(self) -> None:  # the NP learner records what it then promises
+        pass
 
     # ---------------------------------------------------------------- calibration
     def _holdout_fraction(self) -> float:
@@ -599,11 +603,16 @@ class NeymanPearsonSGD(_StochasticRateBase):
     balanced : bool, default True
         Draw each class with probability 1/2 (example weights 1 and lambda) instead of
         uniformly (weights n/n+ and lambda n/n-).
-    calibrate : {None, "umbrella"}, default None
-        "umbrella": hold out ``calibration_fraction`` of the negatives from training and
-        shift the intercept to the NP umbrella threshold of their scores
-        (:func:`bigrate.metrics.np_umbrella_threshold`), so that the test false-alarm rate
-        is <= rho with probability >= 1 - delta.
+    calibrate : {"auto", "umbrella", None}, default "auto"
+        How the fit keeps its promise on new data (``guarantee_`` says which it got).
+        "auto": hold out ``calibration_fraction`` of the negatives from training and
+        shift the intercept to a threshold of their scores
+        (:func:`bigrate.metrics.np_threshold`): the NP umbrella threshold, so that the
+        false-alarm rate on new data is <= rho with probability >= 1 - delta, where
+        they are enough (log(delta) / log(1 - rho): 59 at rho 0.05), else one whose
+        Pfa is <= rho on average (a warning says so). "umbrella": the umbrella
+        threshold or an error if too few. None: no hold-out; the training constraint
+        only.
     calibration_fraction : float in (0, 1), default 0.3
     delta : float in (0, 1), default 0.05
     fit_intercept, warm_start : bool
@@ -633,6 +642,13 @@ class NeymanPearsonSGD(_StochasticRateBase):
         update), lambda, loss_neg, loss_pos, steps, seconds.
     classes_ : ndarray of shape (2,)
         classes_[1] is the positive class.
+    guarantee_ : dict
+        What this fit promises on new data: ``kind`` "umbrella" (P(Pfa > rho) <=
+        delta), "expected" (Pfa <= rho on average), "none" (too few held-out
+        negatives to set a threshold) or "training" (calibrate=None: the training
+        constraint only), with ``rho``, ``delta``, ``n_calibration`` and ``text``.
+    n_calibration_, threshold_shift_ : int, float
+        The held-out negatives and the intercept's move (0 without calibration).
 
     Notes
     -----
@@ -659,7 +675,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         **_StochasticRateBase._parameter_constraints,
         "rho": [Interval(Real, 0, 1, closed="neither")],
         "balanced": ["boolean"],
-        "calibrate": [StrOptions({"umbrella"}), None],
+        "calibrate": [StrOptions({"auto", "umbrella"}), None],
         "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
         "delta": [Interval(Real, 0, 1, closed="neither")],
     }
@@ -676,7 +692,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         lambda0=1.0,
         epochs=10,
         balanced=True,
-        calibrate=None,
+        calibrate="auto",
         calibration_fraction=0.3,
         delta=0.05,
         fit_intercept=True,
@@ -716,16 +732,32 @@ class NeymanPearsonSGD(_StochasticRateBase):
         return float(self.rho)
 
     def _holdout_fraction(self) -> float:
-        return float(self.calibration_fraction) if self.calibrate == "umbrella" else 0.0
+        return float(self.calibration_fraction) if self.calibrate else 0.0
+
+    def _uncalibrated(self) -> None:
+        self.guarantee_ = {
+            "kind": "training", "rho": float(self.rho), "delta": None,
+            "n_calibration": 0,
+            "text": f"Pfa <= {self.rho:g} on the training data (the surrogate "
+                    "constraint; calibrate=None): nothing on new data",
+        }  # fmt: skip
 
     def _calibrate(self, neg_scores):
-        """Shift the intercept so that f >= 0 exactly when <w, x> exceeds the umbrella
-        threshold t of the held-out negatives' scores."""
-        t = np_umbrella_threshold(neg_scores, self.rho, self.delta)
+        """Shift the intercept so that f >= 0 exactly when <w, x> exceeds the threshold
+        t of the held-out negatives' scores (the umbrella threshold, or with "auto" and
+        too few of them the expected-Pfa one, or none: :func:`np_threshold`)."""
+        if self.calibrate == "umbrella":
+            t = np_umbrella_threshold(neg_scores, self.rho, self.delta)
+            g = np_threshold(neg_scores, self.rho, self.delta)[1]
+        else:
+            t, g = np_threshold(neg_scores, self.rho, self.delta)
+        self.n_calibration_ = int(len(neg_scores))
+        self.guarantee_ = g
+        if t is None:
+            return
         b_new = -np.nextafter(t, np.inf)
         self.threshold_shift_ = float(b_new - self.intercept_[0])
         self.intercept_ = np.array([b_new])
-        self.n_calibration_ = int(len(neg_scores))
 
     def _after_epoch(self, rec: dict) -> None:
         if rec["epoch"] == self.epochs and self.calibrate is None:

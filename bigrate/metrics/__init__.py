@@ -209,6 +209,57 @@ def np_quantile_threshold(neg_scores, rho: float, *, expected: bool = True) -> f
     return float(s[k]) if k < m else float(-np.inf)
 
 
+def np_threshold(neg_scores, rho: float, delta: float = 0.05) -> tuple:
+    """The default calibration of the NP estimators (``calibrate="auto"``): from m
+    held-out negatives' scores, ``(t, guarantee)`` with t the threshold ('positive when
+    score > t') and ``guarantee`` what it promises on new data, as plain data
+    (``kind``, ``rho``, ``delta``, ``n_calibration``, ``text``):
+
+    - "umbrella" where m >= log(delta) / log(1 - rho) (59 at rho 0.05, delta 0.05): the
+      NP umbrella order statistic, P(Pfa > rho) <= delta (:func:`np_umbrella_threshold`);
+    - "expected" where m >= 1 / rho - 1 only: Pfa <= rho on average
+      (:func:`np_quantile_threshold`), with a warning naming the numbers;
+    - "none" below that: t is None (no threshold can be set from so few), with a
+      warning; the model keeps its training threshold.
+    """
+    import warnings
+
+    from bigrate.errors import BigrateWarning
+
+    m = len(np.asarray(neg_scores).ravel())
+    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    g = {"rho": float(rho), "delta": float(delta), "n_calibration": m}
+    if m >= need:
+        t = np_umbrella_threshold(neg_scores, rho, delta)
+        text = (f"P(Pfa > {rho:g}) <= {delta:g} on new data (the NP umbrella "
+                f"threshold of {m:,} held-out negatives)")  # fmt: skip
+        return t, {**g, "kind": "umbrella", "text": text}
+    short = (
+        f"{m} held-out negatives, fewer than the {need} the NP umbrella threshold "
+        f"needs for rho={rho:g}, delta={delta:g}"
+    )
+    if m >= math.ceil(1.0 / rho - 1.0 - 1e-9):
+        warnings.warn(
+            f"{short}: the threshold holds Pfa <= rho on new data on average only; "
+            "more negatives (or a larger calibration_fraction) give the guarantee",
+            BigrateWarning,
+            stacklevel=3,
+        )
+        t = np_quantile_threshold(neg_scores, rho)
+        text = (f"Pfa <= {rho:g} on new data on average (the order statistic of "
+                f"{m:,} held-out negatives; too few for the umbrella threshold)")  # fmt: skip
+        return t, {**g, "kind": "expected", "text": text}
+    warnings.warn(
+        f"{short}, and too few for any threshold on them (at least "
+        f"{math.ceil(1.0 / rho - 1.0 - 1e-9)}): the model keeps its training threshold, "
+        "which promises nothing on new data",
+        BigrateWarning,
+        stacklevel=3,
+    )
+    text = f"none on new data ({m} held-out negatives: too few to set a threshold)"
+    return None, {**g, "kind": "none", "text": text}
+
+
 def evaluate_stream(
     decision_function, dataset, split: str = "test", *, batch_rows: int = 65_536
 ) -> Confusion:

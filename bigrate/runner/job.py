@@ -198,6 +198,9 @@ def _evaluate_into(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, eng,
     ev = evaluate_model(est, ds, ds.splits, engine=eng, cost=cost)
     metrics = {"evaluation": ev, "target": est.rate_target(),
                "history": getattr(est, "history_", []), **extra}  # fmt: skip
+    promise = getattr(getattr(est, "best_estimator_", est), "guarantee_", None)
+    if promise is not None:
+        metrics["guarantee"] = promise
     if spec.constraints:
         metrics["constraints"] = constraint_table(est, ds, ds.splits, spec.constraints)
     if spec.estimator == "BPSPSearchCV":

@@ -18,7 +18,7 @@ def results_table(evaluation: dict, target: dict | None = None) -> str:
                         "cost") if k in first]  # fmt: skip
     rho = target.get("rho")
     q = target.get("q") if "fdr" in first else None
-    head = f"{'split':<8}{'n+':>8}{'n-':>8}" + "".join(f"{k:>10}" for k in keys)
+    head = f"{'split':<8}{'n+':>8}{'n-':>8}" + "".join(f"{k:>12}" for k in keys)
     if rho is not None:
         head += f"   Pfa <= rho = {rho:g}?"
     if q is not None:
@@ -28,7 +28,7 @@ def results_table(evaluation: dict, target: dict | None = None) -> str:
         line = (
             f"{split:<8}{row.get('n_pos', ''):>8}{row.get('n_neg', ''):>8}"
             + "".join(
-                f"{row[k]:>10.4f}" if isinstance(row[k], float) else f"{row[k]:>10}"
+                f"{row[k]:>12.4f}" if isinstance(row[k], float) else f"{row[k]:>12}"
                 for k in keys
             )
         )
@@ -96,6 +96,8 @@ def constraints_table(rows: list[dict]) -> str:
 
 def format_metrics(metrics: dict) -> str:
     lines = [results_table(metrics.get("evaluation", {}), metrics.get("target"))]
+    if metrics.get("guarantee"):
+        lines.append(f"guarantee: {metrics['guarantee']['text']}")
     if metrics.get("constraints"):
         lines.append(constraints_table(metrics["constraints"]))
     if metrics.get("bpsp"):

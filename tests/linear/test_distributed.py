@@ -231,7 +231,7 @@ def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
     ds, X, y = dataset
     rec = _Recording(dask_engine)
     m = fit_distributed(
-        NeymanPearsonSGD(rho=0.05, epochs=2, random_state=3), ds, rec,
+        NeymanPearsonSGD(rho=0.05, epochs=2, random_state=3, calibrate=None), ds, rec,
         progress=False, rounds_per_epoch=3,
     )  # fmt: skip
     assert len(rec.rounds) == 6

@@ -170,7 +170,7 @@ def test_distributed_rounds_are_balanced_on_dask(shards):
 
     with open_engine("dask", n_workers=2, dashboard=False) as eng:
         rec = _Recording(eng)
-        fit_distributed(NeymanPearsonSGD(rho=0.1, epochs=4, random_state=0), shards,
+        fit_distributed(NeymanPearsonSGD(rho=0.1, epochs=4, random_state=0, calibrate=None), shards,
                         rec, progress=False)  # fmt: skip
     stats = sum(r["stats"] for _, results in rec.rounds for r in results)
     n_neg, n_pos = int(stats[0]), int(stats[3])

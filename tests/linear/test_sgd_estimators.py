@@ -84,6 +84,7 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
         random_state=seed,
         buffer_rows=700,
         batch_rows=128,
+        calibrate=None,  # every row trained on: the replay below draws from all
     )
     streamed = NeymanPearsonSGD(**params).fit(ds)
     # replay: the same sampler, the same chunks, on the in-memory matrix
@@ -119,8 +120,10 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
 def test_streaming_fit_quality_and_path_input(tmp_path, seed):
     X, y = blobs(seed, n=6000)
     write_dataset(tmp_path / "ds", X, y, row_group_size=512)
+    # no calibration: its threshold is one held-out row's score, which the float32
+    # shards and the float64 matrix below may put on either side of it
     clf = NeymanPearsonSGD(
-        rho=0.05, epochs=10, random_state=seed, buffer_rows=1000
+        rho=0.05, epochs=10, random_state=seed, buffer_rows=1000, calibrate=None
     ).fit(str(tmp_path / "ds"))
     c = clf.score_confusion(tmp_path / "ds", split="train")
     assert c.pfa <= 0.07 and c.pnd < 0.5
@@ -176,7 +179,7 @@ def test_bad_data(tmp_path):
         NeymanPearsonSGD().fit(Xn, y)
     with pytest.raises(ValueError, match="q"):
         QValueSGD(q=1.0).fit(X, y)
-    clf = NeymanPearsonSGD(epochs=1).fit(X, y)
+    clf = NeymanPearsonSGD(epochs=1, calibrate=None).fit(X, y)
     with pytest.raises(ValueError, match="10 features"):
         clf.decision_function(np.zeros((3, 7)))
     ds = write_dataset(tmp_path / "ds", X, y)

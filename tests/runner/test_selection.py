@@ -105,12 +105,14 @@ def test_npsearchcv_refits_its_best_params():
     rng = np.random.default_rng(0)
     X = np.r_[rng.normal(0.7, 1, (90, 3)), rng.normal(-0.7, 1, (90, 3))]
     y = np.r_[np.ones(90), -np.ones(90)]
-    base = NeymanPearsonSVC(rho=0.15, random_state=0)
+    base = NeymanPearsonSVC(rho=0.15, random_state=0, calibrate=None)
     s = NPSearchCV(base, {"C": [10.0, 0.01], "gamma": [0.1, 5.0]}, rho=0.15, cv=3,
                    engine="local", progress=False).fit(X, y)  # fmt: skip
     # the best point is neither the first nor the last (a refit of either is caught)
     assert 0 < s.best_index_ < len(s.cv_results_["params"]) - 1
-    direct = NeymanPearsonSVC(rho=0.15, random_state=0, **s.best_params_).fit(X, y)
+    direct = NeymanPearsonSVC(
+        rho=0.15, random_state=0, calibrate=None, **s.best_params_
+    ).fit(X, y)
     np.testing.assert_array_equal(s.decision_function(X), direct.decision_function(X))
     # and the point chosen is the least mean J_val of cv_results_
     j = np.asarray(s.cv_results_["mean_J_val"], float)
