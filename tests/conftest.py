@@ -127,3 +127,16 @@ def kill_a_fitting_worker(runs: Path, ancestor: int, proc, timeout: float = 180)
                 return pid
         time.sleep(0.01)
     return None
+
+
+@pytest.fixture(scope="module")
+def short_tmp():
+    """A directory with a short path for a Ray runtime's temp dir (its socket paths must
+    stay under 108 bytes, which pytest's per-test directories, under xdist more so, can
+    exceed); removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="bgr-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

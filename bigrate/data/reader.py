@@ -343,6 +343,7 @@ class ShardedDataset:
                         f"missing column(s) {sorted(missing)} of the shard format",
                         path=full,
                     )
+                check_column_types(pf.schema_arrow, path=full)
             finally:
                 pf.close()
         for split, counts in self.manifest.get("rows", {}).items():

@@ -160,7 +160,7 @@ def _port_open(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster(short_tmp):
     """A Ray head started by cluster/ray/start-head.sh with --block, as a child of this
     test in its own process group, stopped by that group alone (not by Ray's own stop
     command, which would stop every Ray cluster on the machine)."""
@@ -171,7 +171,7 @@ def ray_cluster(tmp_path_factory):
             str(REPO / "cluster/ray/start-head.sh"),
             "--block",
             "--temp-dir",
-            str(tmp_path_factory.mktemp("ray")),
+            str(short_tmp / "ray"),
         ],
         env=e,
         stdout=subprocess.DEVNULL,

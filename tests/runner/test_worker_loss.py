@@ -270,10 +270,10 @@ def test_dask_worker_lost_at_every_phase(tmp_path, data, dask_faulty, phase):
 
 
 @pytest.fixture(scope="module")
-def ray_faulty(tmp_path_factory, data):
+def ray_faulty(tmp_path_factory, data, short_tmp):
     d = tmp_path_factory.mktemp("ray-faults")
     fault_file = d / "fault"
-    address, head = start_ray(fault_file, tmp_path_factory.mktemp("ray-tmp"))
+    address, head = start_ray(fault_file, short_tmp / "faults")
     try:
         yield address, fault_file
     finally:
@@ -359,11 +359,9 @@ def test_lost_dask_scheduler_says_how_to_resume(tmp_path, data):
             stop_group(p)
 
 
-def test_lost_ray_head_says_how_to_resume(tmp_path, data):
-    import tempfile
-
+def test_lost_ray_head_says_how_to_resume(tmp_path, data, short_tmp):
     fault_file = tmp_path / "nofault"
-    short = Path(tempfile.mkdtemp(prefix="bgr-"))  # Ray's socket paths are short
+    short = short_tmp / "lost"
     address, head = start_ray(fault_file, short / "1")
     procs = [head]
     try:
