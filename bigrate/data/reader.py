@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import socket
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -32,20 +35,105 @@ def _join(root: str, rel: str) -> str:
     return root.rstrip("/") + "/" + rel
 
 
-def _filesystem(path: str):
-    """(fsspec filesystem, path within it) for a local path or any fsspec URL."""
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+# storage options that are credentials: only ever given as "${ENV_NAME}", so that job
+# files, run directories, logs and task arguments hold the variable's name, not the secret
+SECRET_OPTIONS = frozenset(
+    {"key", "secret", "token", "password", "aws_access_key_id",
+     "aws_secret_access_key", "aws_session_token", "session_token"}
+)  # fmt: skip
+
+
+def check_storage_options(options, where: str = "storage_options") -> list[str]:
+    """Problems of a storage-options table: a dict of scalars or tables, whose
+    credential entries (:data:`SECRET_OPTIONS`) name an environment variable as
+    ``"${NAME}"`` instead of holding the secret."""
+    if not isinstance(options, dict):
+        return [f"{where}: must be a table, got {type(options).__name__}"]
+    problems = []
+    for k, v in options.items():
+        if isinstance(v, dict):
+            problems += check_storage_options(v, f"{where}.{k}")
+        elif k.lower() in SECRET_OPTIONS and not (
+            isinstance(v, str) and _ENV_REF.match(v)
+        ):
+            problems.append(
+                f"{where}.{k}: a credential is never written in a job; name the "
+                f'environment variable that holds it, e.g. "${{AWS_SECRET_ACCESS_KEY}}"'
+            )
+    return problems
+
+
+def resolve_storage_options(options: dict | None, where: str = "storage_options"):
+    """The options with every ``"${NAME}"`` replaced by that environment variable of
+    this process (on a worker: the worker's environment)."""
+    out = {}
+    for k, v in (options or {}).items():
+        if isinstance(v, dict):
+            out[k] = resolve_storage_options(v, f"{where}.{k}")
+        elif isinstance(v, str) and _ENV_REF.match(v):
+            name = _ENV_REF.match(v).group(1)
+            if name not in os.environ:
+                raise DataError(
+                    f"{where}.{k} names the environment variable {name}, which is "
+                    f"not set on {socket.gethostname()} (pid {os.getpid()})"
+                )
+            out[k] = os.environ[name]
+        else:
+            out[k] = v
+    return out
+
+
+def filesystem(path: str, storage_options: dict | None = None):
+    """(fsspec filesystem, path within it) for a local path or any fsspec URL; a
+    protocol whose package is missing is one line naming what to install."""
     import fsspec.core
 
     if "://" in path:
-        return fsspec.core.url_to_fs(path)
+        opts = resolve_storage_options(storage_options)
+        try:
+            return fsspec.core.url_to_fs(path, **opts)
+        except ImportError as e:
+            from fsspec.registry import known_implementations
+
+            proto = path.split("://", 1)[0]
+            hint = known_implementations.get(proto, {}).get("err") or str(e)
+            raise DataError(
+                f"no filesystem for {proto}:// here: {hint}", path=path
+            ) from None
+        except ValueError as e:
+            raise DataError(str(e), path=path) from None
     from fsspec.implementations.local import LocalFileSystem
 
     return LocalFileSystem(), os.path.abspath(path)
 
 
+@dataclass(frozen=True)
+class DatasetRef:
+    """Where a dataset is, as tasks carry it to workers: its path or URL and its
+    storage options *unresolved* (credentials as ``"${NAME}"``), so no secret ever
+    travels in a task or lands in a run directory."""
+
+    path: str
+    storage_options: tuple = ()  # ((key, value), ...) of a JSON-able dict, sorted
+
+    @classmethod
+    def make(cls, path, storage_options: dict | None = None):
+        if not storage_options:
+            return str(path)
+        return cls(str(path), tuple(sorted(json.loads(json.dumps(
+            storage_options)).items())))  # fmt: skip
+
+    def options(self) -> dict:
+        return dict(self.storage_options)
+
+    def __str__(self) -> str:
+        return self.path
+
+
 def is_dataset(X) -> bool:
     """Is X a ShardedDataset or a path to one (rather than an array)?"""
-    return isinstance(X, (ShardedDataset, str, os.PathLike))
+    return isinstance(X, (ShardedDataset, DatasetRef, str, os.PathLike))
 
 
 class ShardedDataset:
@@ -68,14 +156,39 @@ class ShardedDataset:
     ...     batch.X, batch.y                                     # CSR float32, int8
     """
 
-    def __init__(self, path: str | os.PathLike, *, verify: bool = False):
+    def __init__(
+        self,
+        path: str | os.PathLike | DatasetRef,
+        *,
+        verify: bool = False,
+        storage_options: dict | None = None,
+    ):
+        if isinstance(path, DatasetRef):
+            storage_options = {**path.options(), **(storage_options or {})}
+            path = path.path
         self.path = str(path)
-        self.fs, self.root = _filesystem(self.path)
+        #: the options as given (credentials as "${NAME}"): what tasks carry
+        self.storage_options = dict(storage_options or {})
+        problems = check_storage_options(self.storage_options)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.fs, self.root = filesystem(self.path, self.storage_options)
         mpath = _join(self.root, MANIFEST)
-        if not self.fs.exists(mpath):
+        try:
+            found = self.fs.exists(mpath)
+        except (OSError, ValueError) as e:  # e.g. credentials refused, no endpoint
+            raise DataError(f"cannot read {MANIFEST}: {e}", path=self.path) from None
+        if not found:
+            remote = "://" in self.path and not self.path.startswith("file://")
             raise FileNotFoundError(
-                f"{self.path}: no {MANIFEST} here; this is not a bigrate dataset "
-                "(make one with `bigrate prep ...`)"
+                f"{self.path}: no committed {MANIFEST} here; this is not a bigrate "
+                "dataset"
+                + (
+                    " (a prep to object storage uploads the manifest last: one that "
+                    "did not finish leaves none; re-run it)"
+                    if remote
+                    else " (make one with `bigrate prep ...`)"
+                )
             )
         with self.fs.open(mpath, "rb") as f:
             try:
@@ -109,6 +222,12 @@ class ShardedDataset:
         )
         if verify:
             self.verify()
+
+    @property
+    def ref(self):
+        """What a task carries to a worker to open this dataset there: the path, or a
+        :class:`DatasetRef` when there are storage options."""
+        return DatasetRef.make(self.path, self.storage_options)
 
     # -- description ----------------------------------------------------------------
     def __repr__(self) -> str:

@@ -5,6 +5,13 @@ Everything is written into a hidden temporary directory beside the target
 complete, so a failed or interrupted prep never leaves a partial dataset at the target. A
 temporary directory left by a process that was killed outright (SIGKILL) is removed by
 the next writer of the same target once its process is gone.
+
+A target on object storage (``s3://bucket/prefix`` or any fsspec URL that is not local)
+has no rename: every part file is uploaded as soon as it is closed (a local copy lives
+only until then) and the manifest is uploaded last, which is the commit. A prep that
+dies midway leaves part files without a manifest, which no reader opens; overwriting a
+dataset first deletes its manifest, so at no moment is an old manifest paired with new
+files.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import posixpath
+import re
 import shutil
 import sys
 import tempfile
@@ -209,7 +218,15 @@ class DatasetWriter:
         for s in splits:
             if s not in SPLITS:
                 raise ValueError(f"unknown split {s!r}; expected one of {SPLITS}")
-        self.out = Path(out).absolute()
+        self.remote = None  # (fsspec filesystem, root) of an object-store target
+        if "://" in str(out) and not str(out).startswith("file://"):
+            from bigrate.data.reader import filesystem
+
+            self.remote = filesystem(str(out))
+            self.out = Path(posixpath.basename(self.remote[1].rstrip("/")) or "dataset")
+        else:
+            self.out = Path(str(out).removeprefix("file://")).absolute()
+        self.target = str(out) if self.remote else str(self.out)
         self.splits = tuple(splits)
         self.has_group = has_group
         self.row_group_size = int(row_group_size)
@@ -217,13 +234,16 @@ class DatasetWriter:
         self.compression = compression
         self.overwrite = overwrite
         self._check_target()
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(self.out.parent, self.out.name)
-        self.tmp = Path(
-            tempfile.mkdtemp(
-                prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent
+        if self.remote:
+            self.tmp = Path(tempfile.mkdtemp(prefix="bigrate-prep-"))
+        else:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_temporaries(self.out.parent, self.out.name)
+            self.tmp = Path(
+                tempfile.mkdtemp(
+                    prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent
+                )
             )
-        )
         self._lock = threading.Lock()
         self._open: list[_PartWriter] = []
         self._streams: dict[tuple[str, str], ClassStream] = {}
@@ -232,6 +252,9 @@ class DatasetWriter:
         self._done = False
 
     def _check_target(self) -> None:
+        if self.remote:
+            self._check_remote_target()
+            return
         out = self.out
         if not out.exists():
             return
@@ -249,6 +272,36 @@ class DatasetWriter:
                 "refusing to write into it (choose an empty or new directory)"
             )
 
+    def _check_remote_target(self) -> None:
+        fs, root = self.remote
+        if fs.exists(root + "/" + MANIFEST):
+            if not self.overwrite:
+                raise DatasetExistsError(
+                    f"{self.target}: already holds a dataset (manifest.json); "
+                    "pass --overwrite (overwrite=True) to replace it"
+                )
+            return
+        try:
+            present = fs.find(root)
+        except FileNotFoundError:
+            present = []
+        strays = [p for p in present if not _PART_KEY.search(p)]
+        if strays:
+            raise DatasetExistsError(
+                f"{self.target}: holds {len(strays)} object(s) that are not a bigrate "
+                f"dataset (first: {strays[0]}); refusing to write into it (choose an "
+                "empty or new prefix)"
+            )
+
+    def _upload(self, rel: str) -> None:
+        """Copy the local ``tmp/rel`` to the remote target, then drop the local copy."""
+        fs, root = self.remote
+        try:
+            fs.put_file(str(self.tmp / rel), root + "/" + rel)
+        except OSError as e:
+            raise DataError(f"upload failed: {e}", path=self.target + "/" + rel) from e
+        (self.tmp / rel).unlink()
+
     # -- parts --------------------------------------------------------------------
     def _open_part(self, split: str, cls: str, index: int) -> _PartWriter:
         if split not in self.splits:
@@ -264,6 +317,11 @@ class DatasetWriter:
 
     def _close_part(self, part: _PartWriter) -> None:
         info = part.close()
+        if self.remote and self._moments is None:
+            # streamed up now; with standardisation the file is rewritten at commit
+            if self.overwrite:
+                self._uncommit()
+            self._upload(info.path)
         with self._lock:
             self._open.remove(part)
             self.files.append(info)
@@ -383,16 +441,55 @@ class DatasetWriter:
         os.replace(self.tmp / info.path, src)
         return dataclasses.replace(info, path=f.path)
 
+    def _uncommit(self) -> None:
+        """Delete the target's manifest (once) before any of its files changes."""
+        if getattr(self, "_uncommitted", False):
+            return
+        fs, root = self.remote
+        if fs.exists(root + "/" + MANIFEST):
+            fs.rm_file(root + "/" + MANIFEST)
+        self._uncommitted = True
+
     def _swap_into_place(self) -> None:
+        if self.remote:
+            self._commit_remote()
+            return
         if self.out.exists():
             self._check_target()  # still only a dataset or empty, and overwrite allowed
         replace_dir(self.tmp, self.out)
+
+    def _commit_remote(self) -> None:
+        fs, root = self.remote
+        if self.overwrite:
+            self._uncommit()
+        keep = {f.path for f in self.files}
+        for f in self.files:
+            if (self.tmp / f.path).exists():
+                self._upload(f.path)
+        self._upload(MANIFEST)  # the commit
+        try:
+            old = fs.find(root)
+        except FileNotFoundError:
+            old = []
+        prefix = root.rstrip("/") + "/"
+        for p in old:  # part files of a replaced dataset that the new one lacks
+            rel = p[len(prefix) :] if p.startswith(prefix) else None
+            if rel and rel not in keep and _PART_KEY.search(p):
+                fs.rm_file(p)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def abort(self) -> None:
         """Remove everything written so far; the target is left untouched."""
         for part in list(self._open):
             part.abort()
         self._open.clear()
+        if self.remote:  # best effort: the parts already uploaded (never a manifest)
+            fs, root = self.remote
+            for f in self.files:
+                try:
+                    fs.rm_file(root + "/" + f.path)
+                except OSError:
+                    pass
         shutil.rmtree(self.tmp, ignore_errors=True)
         self._done = True
 
@@ -402,6 +499,9 @@ class DatasetWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._done:
             self.abort()
+
+
+_PART_KEY = re.compile(r"(^|/)(train|val|test)/(pos|neg)/part-\d+\.parquet$")
 
 
 def _command_line() -> str:

@@ -424,7 +424,7 @@ def fit_distributed(
                 ):
                     continue  # a worker with no shard of one class sits this round out
                 args.append(
-                    (ds.path, mine, cfg, st, steps, [seed, rnd, k], 1 << 40,
+                    (ds.ref, mine, cfg, st, steps, [seed, rnd, k], 1 << 40,
                      est.batch_rows, plan.holdout, cache_mb, est.shuffle_block,
                      cached[k])
                 )  # fmt: skip

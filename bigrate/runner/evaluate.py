@@ -37,7 +37,7 @@ def evaluate(score, ds: ShardedDataset, splits, target: dict, engine=None) -> di
     with engine.pinned() as pool:
         got = pool.run(
             score_file,
-            [(score, ds.path, s, j) for s, j in tasks],
+            [(score, ds.ref, s, j) for s, j in tasks],
             what="the final evaluation",
         )
     out = {}

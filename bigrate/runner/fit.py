@@ -56,8 +56,8 @@ def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
 
         return fit_distributed(est, ds, eng, progress=progress, **ckpt)
     if eng.name == "local":
-        return fit_split(est, ds.path, e.data)
-    return eng.run(fit_split, [(est, ds.path, e.data)], what="the fit")[0]
+        return fit_split(est, ds.ref, e.data)
+    return eng.run(fit_split, [(est, ds.ref, e.data)], what="the fit")[0]
 
 
 def select_tau(spec: JobSpec, est, ds: ShardedDataset, progress: bool, say) -> None:

@@ -237,7 +237,7 @@ def check_data(spec: JobSpec) -> None:
     """The job's dataset checked against its manifest before any cluster starts or run
     directory is made (file sizes, Parquet footers and row counts on a local disk; the
     row counts alone on object storage, where each footer is a request)."""
-    ds = ShardedDataset(spec.data)
+    ds = spec.dataset()
     ds.check(files=ds.is_local)
 
 
@@ -245,7 +245,7 @@ def run_train(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     """Fit the job's estimator on the train split (a streaming learner by checkpointed
     rounds), save the model, evaluate it on every split; a run resumed after the model
     was saved only evaluates it."""
-    ds = ShardedDataset(spec.data)
+    ds = spec.dataset()
     params = _seeded(spec)
     with open_engine(spec, run, progress) as (eng, workers):
         events = _cluster_events(eng, run, progress)
@@ -286,7 +286,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     """Every (grid point, fold) as an engine task (:func:`bigrate.model_selection.sweep.
     run_sweep`); finished tasks are skipped on resume, a failing task is recorded with
     its traceback and the sweep goes on; the best point is refitted on the train split."""
-    ds = ShardedDataset(spec.data)
+    ds = spec.dataset()
     points = spec.points()
     base = _seeded(spec)
     n_folds = 1 if spec.cv == "val" else int(spec.cv)
@@ -324,7 +324,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             params = {**base, **points[p]}
             target = {**cls(**params).rate_target(), "cost": spec.cost()}
             if spec.cv == "val":
-                return (cls, params, ds.path, target, e.data)
+                return (cls, params, ds.ref, target, e.data)
             return (cls, params, *folds(k), target)
 
         def chain_args(ps, k):  # warm starts along C: one task a chain and fold
@@ -368,7 +368,7 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
 def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     model = TrainedModel(spec.model)
     est = model.estimator
-    ds = ShardedDataset(spec.data)
+    ds = spec.dataset()
     bad = [s for s in spec.splits if s not in ds.splits]
     if bad:
         raise ValueError(

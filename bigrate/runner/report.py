@@ -200,7 +200,7 @@ def make_report(run_path) -> Path:
         model = TrainedModel(model_dir)
         est = model.estimator
         target = next(iter(est.rate_target().items()), None)  # what it promises
-        ds = ShardedDataset(job["data"])
+        ds = ShardedDataset(job["data"], storage_options=job.get("storage_options"))
         split = next(s for s in ("test", "val", "train") if s in ds.splits)
         pngs.append(
             (

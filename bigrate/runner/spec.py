@@ -65,7 +65,7 @@ KINDS = ("train", "sweep", "evaluate")
 
 _SCHEMA = {
     "job": {"kind": str, "name": str},
-    "data": {"path": str},
+    "data": {"path": str, "storage_options": dict},
     "model": {"estimator": str, "params": dict, "constraints": list, "objective": str},
     "path": {"rho": (int, float), "select": str, "split": str},
     "engine": {
@@ -116,6 +116,7 @@ class JobSpec:
     kind: str
     name: str
     data: str
+    storage_options: dict = field(default_factory=dict)  # credentials as "${NAME}"
     estimator: str | None = None
     params: dict = field(default_factory=dict)
     constraints: list = field(default_factory=list)  # as text
@@ -140,6 +141,12 @@ class JobSpec:
     checkpoint_rounds: int = 20
     checkpoint_minutes: float = 5.0
     source: str | None = None  # the job file's path
+
+    def dataset(self):
+        """The job's :class:`~bigrate.data.ShardedDataset` (opened now)."""
+        from bigrate.data.reader import ShardedDataset
+
+        return ShardedDataset(self.data, storage_options=self.storage_options)
 
     def to_json(self) -> dict:
         d = copy.deepcopy(self.__dict__)
@@ -356,6 +363,11 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
                 "one with `bigrate prep ...`)"
             )
 
+    storage_options = dict(data.get("storage_options", {}))
+    from bigrate.data.reader import check_storage_options
+
+    problems += check_storage_options(storage_options, "data.storage_options")
+
     est = model.get("estimator")
     params = dict(model.get("params", {}))
     if est is not None and est not in ESTIMATORS:
@@ -524,6 +536,7 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         kind=kind,
         name=name,
         data=data_path,
+        storage_options=storage_options,
         estimator=est,
         params=params,
         constraints=list(constraints),

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -24,7 +24,13 @@ class _HashingReader(io.RawIOBase):
     """A raw binary file that hashes and counts every byte read through it."""
 
     def __init__(self, path: str | os.PathLike):
-        self._f = open(path, "rb")
+        if is_url(path):
+            from bigrate.data.reader import filesystem
+
+            fs, p = filesystem(str(path))
+            self._f = fs.open(p, "rb", block_size=1 << 22)
+        else:
+            self._f = open(path, "rb")
         self.sha256 = hashlib.sha256()
         self.nbytes = 0
 
@@ -52,15 +58,37 @@ class _HashingReader(io.RawIOBase):
         super().close()
 
 
+def is_url(path) -> bool:
+    """A remote input (any fsspec URL but ``file://``)?"""
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def check_input(path) -> None:
+    """Raise FileNotFoundError naming ``path`` if it is not a readable file (a local
+    path, or a URL of any fsspec store, read with the standard credentials)."""
+    if is_url(path):
+        from bigrate.data.reader import filesystem
+
+        fs, p = filesystem(str(path))
+        try:
+            ok = fs.isfile(p)
+        except OSError as e:
+            raise FileNotFoundError(f"{path}: input cannot be read: {e}") from None
+        if not ok:
+            raise FileNotFoundError(f"{path}: input file not found at that URL")
+    elif not os.path.isfile(str(path).removeprefix("file://")):
+        raise FileNotFoundError(f"{path}: input file not found")
+
+
 class Source:
     """An input file opened for one streaming pass, decompressed by its extension
     (.gz, .bz2, .xz), with its sha256 computed on the compressed bytes as they pass."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise FileNotFoundError(f"{self.path}: input file not found")
-        self._raw = _HashingReader(self.path)
+        check_input(path)
+        path = str(path).removeprefix("file://")
+        self.path = Path(path) if not is_url(path) else PurePosixPath(path)
+        self._raw = _HashingReader(path)
         buffered = io.BufferedReader(self._raw, buffer_size=1 << 20)
         suffix = self.path.suffix.lower()
         if suffix == ".gz":

@@ -22,7 +22,13 @@ import scipy.sparse as sp
 from sklearn.datasets import load_svmlight_file
 
 from bigrate.data.format import DEFAULT_ROW_GROUP_SIZE, DEFAULT_ROWS_PER_FILE
-from bigrate.data.prep.common import LabelMapper, Progress, Source, finish_block
+from bigrate.data.prep.common import (
+    LabelMapper,
+    Progress,
+    Source,
+    check_input,
+    finish_block,
+)
 from bigrate.data.split import StratifiedSplitter, parse_fractions
 from bigrate.data.writer import DatasetWriter
 from bigrate.errors import DataError
@@ -220,8 +226,7 @@ def prep_svmlight(
     if chunk_bytes < 1024:
         raise ValueError(f"chunk_bytes must be >= 1024, got {chunk_bytes}")
     for f in list(files) + list(test_files):
-        if not os.path.isfile(f):
-            raise FileNotFoundError(f"{f}: input file not found")
+        check_input(f)
     mapper = LabelMapper(positive_labels, negative_labels)
     splitter = StratifiedSplitter(fractions, seed=seed)
     width = 0
