@@ -174,11 +174,9 @@ class ShardedDataset:
             raise ValueError("; ".join(problems))
         self.fs, self.root = filesystem(self.path, self.storage_options)
         mpath = _join(self.root, MANIFEST)
-        try:
-            found = self.fs.exists(mpath)
-        except (OSError, ValueError) as e:  # e.g. credentials refused, no endpoint
-            raise DataError(f"cannot read {MANIFEST}: {e}", path=self.path) from None
-        if not found:
+        try:  # one open (a HEAD and a GET on S3), no existence check before it
+            raw = self.fs.cat_file(mpath)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             remote = "://" in self.path and not self.path.startswith("file://")
             raise FileNotFoundError(
                 f"{self.path}: no committed {MANIFEST} here; this is not a bigrate "
@@ -189,14 +187,15 @@ class ShardedDataset:
                     if remote
                     else " (make one with `bigrate prep ...`)"
                 )
-            )
-        with self.fs.open(mpath, "rb") as f:
-            try:
-                manifest = json.loads(f.read().decode("utf-8"))
-            except json.JSONDecodeError as e:
-                raise DataError(
-                    f"not valid JSON: {e}", path=mpath, line=e.lineno
-                ) from e
+            ) from None
+        except (OSError, ValueError) as e:  # e.g. credentials refused, no endpoint
+            raise DataError(f"cannot read {MANIFEST}: {e}", path=self.path) from None
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(
+                f"not valid JSON: {e}", path=mpath, line=getattr(e, "lineno", None)
+            ) from e
         if manifest.get("format") != FORMAT_NAME:
             raise DataError(
                 f"format is {manifest.get('format')!r}, expected {FORMAT_NAME!r}",
