@@ -1,7 +1,8 @@
 """Datasets on object storage: what opening one costs, against the same dataset on local
 disk, measured in one run on moto's S3 server on 127.0.0.1 (a real HTTP endpoint).
 
-    python benchmarks/bench_s3.py [--files 10000] [--rows-per-file 8]
+    python benchmarks/bench_s3.py open  [--files 10000] [--rows-per-file 8]
+    python benchmarks/bench_s3.py epoch [--rows 400000] [--latency-ms 20]
 
 Writes a dataset of ``--files`` part files (tiny ones: the cost measured is per file,
 not per byte) to the server with bigrate's writer (parts uploaded as they close, the
@@ -10,6 +11,13 @@ manifest last) and to a local directory, then for each: the time to open it
 counted apart), the time of the manifest-only check (``check(files=False)``, what a job
 does before starting on object storage) and the time until the first batch of rows
 arrives from a streaming pass. Prints a table and writes benchmarks/out/s3.json.
+
+``epoch``: one epoch of NeymanPearsonSGD streamed from RCV1-shaped synthetic shards on
+local disk, from the S3 server, and from the S3 server behind a TCP proxy that holds
+every request ``--latency-ms`` before passing it on (a store across a network), on 1
+worker (in process) and on 2 Dask workers (LocalCluster, 127.0.0.1), each with the
+row-group read-ahead on and off; the requests and bytes of each S3 epoch from the
+server's log. Writes benchmarks/out/s3_epoch.json.
 """
 
 from __future__ import annotations
@@ -101,12 +109,152 @@ def measure_fresh(url: str, server=None) -> dict:
     return res
 
 
+class LatencyProxy:
+    """127.0.0.1:port -> target, holding each piece a client sends (a request: they are
+    small) ``latency`` seconds before passing it on; replies pass straight back."""
+
+    def __init__(self, target_port: int, latency: float):
+        import socket
+        import threading
+
+        self.latency, self.target = latency, target_port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _pipe(self, src, dst, delay: float) -> None:
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                if delay:
+                    time.sleep(delay)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.target))
+            for a, b, d in ((c, u, self.latency), (u, c, 0.0)):
+                threading.Thread(target=self._pipe, args=(a, b, d), daemon=True).start()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+def _epoch(url: str, workers: int, warm: str) -> float:
+    """Seconds of one epoch of NeymanPearsonSGD on ``url``: in this process (the
+    second of two fits; nothing is cached between them) or on a new LocalCluster of
+    ``workers`` (after a fit on the small dataset ``warm``, which loads the compiled
+    kernels and caches none of ``url``'s row groups: the timed fit reads them all)."""
+    from bigrate import NeymanPearsonSGD
+
+    def est():
+        return NeymanPearsonSGD(rho=0.1, epochs=1, calibrate=None, random_state=0)
+
+    if workers == 1:
+        est().fit(url)
+        t = time.perf_counter()
+        est().fit(url)
+        return time.perf_counter() - t
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.linear import fit_distributed
+
+    with DaskEngine(n_workers=workers, dashboard=False) as eng:
+        fit_distributed(est(), warm, eng, progress=False)
+        t = time.perf_counter()
+        fit_distributed(est(), url, eng, progress=False)
+        return time.perf_counter() - t
+
+
+def epoch_main(a) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bgr-s3e-"))
+    server = start_s3_server(work / "requests.log")
+    port = int(server.endpoint.rsplit(":", 1)[1])
+    proxy = LatencyProxy(port, a.latency_ms / 1000.0)
+    rows = []
+    try:
+        os.environ.update(server.env())
+        server.fs().mkdir("bench")
+        from bigrate.data.prep import prep_synth
+
+        local = str(work / "syn")
+        prep_synth(local, rows=a.rows, features=a.features, progress=False)
+        warm = str(work / "warm")
+        prep_synth(warm, rows=40_000, features=a.features, seed=1, progress=False)
+        server.fs().put(local + "/", "bench/syn/", recursive=True)
+        slow = f"http://127.0.0.1:{proxy.port}"
+        for workers in (1, 2):
+            for ahead in (2, 0):
+                r = {"workers": workers, "read_ahead": ahead}
+                from bigrate.linear import sampler
+
+                sampler.READ_AHEAD = ahead  # here, and in workers started from now
+                os.environ["BIGRATE_READ_AHEAD"] = str(ahead)
+                r["local_s"] = _epoch(local, workers, warm)
+                for name, endpoint in (("s3", server.endpoint), ("s3_latency", slow)):
+                    os.environ["AWS_ENDPOINT_URL"] = endpoint
+                    before = len(server.requests())
+                    r[name + "_s"] = _epoch("s3://bench/syn", workers, warm)
+                    reqs = server.requests()[before:]
+                    r[name + "_requests_2_fits"] = len(reqs)
+                os.environ["AWS_ENDPOINT_URL"] = server.endpoint
+                r["s3_over_local"] = r["s3_s"] / r["local_s"]
+                r["s3_latency_over_local"] = r["s3_latency_s"] / r["local_s"]
+                rows.append(r)
+                print(r, flush=True)
+    finally:
+        proxy.close()
+        server.stop()
+    res = {
+        "command": "python benchmarks/bench_s3.py " + " ".join(sys.argv[1:]),
+        "rows": a.rows,
+        "features": a.features,
+        "latency_ms": a.latency_ms,
+        "runs": rows,
+    }
+    print(f"{'workers':>8}{'ahead':>6}{'local s':>9}{'S3 s':>8}{'S3+lat s':>10}"
+          f"{'S3/local':>10}{'S3+lat/local':>14}{'requests':>10}")  # fmt: skip
+    for r in rows:
+        print(f"{r['workers']:>8}{r['read_ahead']:>6}{r['local_s']:>9.2f}{r['s3_s']:>8.2f}"
+              f"{r['s3_latency_s']:>10.2f}{r['s3_over_local']:>10.2f}"
+              f"{r['s3_latency_over_local']:>14.2f}{r['s3_requests_2_fits']:>10}")  # fmt: skip
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "s3_epoch.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["open", "epoch"])
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--rows-per-file", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=400_000)
+    ap.add_argument("--features", type=int, default=47_236)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out"))
     a = ap.parse_args()
+    if a.what == "epoch":
+        epoch_main(a)
+        return
     work = Path(tempfile.mkdtemp(prefix="bgr-s3-"))
     server = start_s3_server(work / "requests.log")
     try:

@@ -356,17 +356,10 @@ def _sibling(buf, c: _Chunk, levels: list, nnz: int, dtype) -> tuple:
     return values, ok
 
 
-def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
-                   path: str | None = None) -> tuple:  # fmt: skip
-    """(offsets, indices, values, labels, row_ids, rows checked) of row group ``g`` read
-    from the open binary file ``f`` (``cols`` from :func:`layout`); raises
-    :class:`Unsupported` when the row group is not in the layout read here or does not
-    decode, and :class:`~bigrate.errors.DataError` naming ``path`` for a label that
-    does not fit the format's int8. "Rows checked" is True when every index was found
-    in [0, n_features) and increasing within its row and every value finite, page by
-    page as they were decoded; the labels' values are checked by the caller."""
+def _chunks(metadata, g: int, cols: dict) -> tuple[dict, int, int]:
+    """The column chunks of row group ``g`` as the footer describes them, and the byte
+    range [lo, hi) of the file that holds them all."""
     rg = metadata.row_group(g)
-    rows = rg.num_rows
     found = {}
     for name, (i, max_def) in cols.items():
         c = rg.column(i)
@@ -383,6 +376,46 @@ def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
     if lo < 0 or hi <= lo:
         raise Unsupported("column chunk offsets")
     lo -= lo % 4096  # reading from the page cache at an unaligned offset is 2x slower
+    return found, lo, hi
+
+
+def row_group_range(metadata, g: int, cols: dict) -> tuple[int, int]:
+    """The bytes [lo, hi) of the file that :func:`read_row_group` reads for row group
+    ``g``: one ranged request fetches them from object storage."""
+    return _chunks(metadata, g, cols)[1:]
+
+
+class RangeBuffer:
+    """The bytes [lo, lo + len(data)) of a file, fetched already, read as the file:
+    what :func:`read_row_group` takes in place of an open file."""
+
+    def __init__(self, lo: int, data: bytes):
+        self.lo, self.data, self.pos = lo, memoryview(data), lo
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def readinto(self, view) -> int:
+        a = self.pos - self.lo
+        if a < 0:
+            return 0
+        got = self.data[a : a + len(view)]
+        view[: len(got)] = got
+        self.pos += len(got)
+        return len(got)
+
+
+def read_row_group(f, metadata, g: int, cols: dict, n_features: int,
+                   path: str | None = None) -> tuple:  # fmt: skip
+    """(offsets, indices, values, labels, row_ids, rows checked) of row group ``g`` read
+    from the open binary file ``f`` (``cols`` from :func:`layout`); raises
+    :class:`Unsupported` when the row group is not in the layout read here or does not
+    decode, and :class:`~bigrate.errors.DataError` naming ``path`` for a label that
+    does not fit the format's int8. "Rows checked" is True when every index was found
+    in [0, n_features) and increasing within its row and every value finite, page by
+    page as they were decoded; the labels' values are checked by the caller."""
+    rows = metadata.row_group(g).num_rows
+    found, lo, hi = _chunks(metadata, g, cols)
     buf = _read(f, lo, hi - lo)
     ch = {name: _Chunk(start - lo, *rest) for name, (start, *rest) in found.items()}
     row_id = _required(buf, ch["row_id"], rows, np.int64)

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import socket
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -129,6 +131,27 @@ class DatasetRef:
 
     def __str__(self) -> str:
         return self.path
+
+
+_FOOTERS: OrderedDict = OrderedDict()  # (file URL, sha256) -> (metadata, layout)
+_FOOTERS_MAX = 65_536
+_FOOTER_LOCK = threading.Lock()
+_POOL = None
+
+
+def _fetch_pool():
+    """This process's threads that fetch row groups ahead (made on first use, so a
+    forked or spawned worker makes its own)."""
+    global _POOL
+    if _POOL is None or _POOL_PID != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        globals()["_POOL_PID"] = os.getpid()
+        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bigrate-fetch")
+    return _POOL
+
+
+_POOL_PID = None
 
 
 def is_dataset(X) -> bool:
@@ -293,12 +316,67 @@ class ShardedDataset:
                 path=full,
             ) from None
 
+    # -- object storage: footers kept, row groups fetched ahead ------------------------
+    def _footer(self, shard: ShardFile):
+        """(footer metadata, decoder layout or None) of a shard file, read once per
+        process (keyed by the file's URL and sha256) and its column types checked."""
+        full = _join(self.root, shard.path)
+        key = (full, shard.sha256)
+        with _FOOTER_LOCK:
+            hit = _FOOTERS.get(key)
+            if hit is not None:
+                _FOOTERS.move_to_end(key)
+                return hit
+        pf = self.open_file(shard)
+        try:
+            cols = pages.layout(pf)
+            if cols is not None:
+                check_column_types(pf.schema_arrow, full)
+            got = (pf.metadata, cols)
+        finally:
+            pf.close()
+        with _FOOTER_LOCK:
+            _FOOTERS[key] = got
+            while len(_FOOTERS) > _FOOTERS_MAX:
+                _FOOTERS.popitem(last=False)
+        return got
+
+    def _fetch(self, shard: ShardFile, g: int):
+        """Row group ``g`` of a remote shard as a :class:`pages.RangeBuffer`: one ranged
+        request (the footer from the process's cache), or None where the decoder here
+        does not read the file's layout."""
+        meta, cols = self._footer(shard)
+        if cols is None or not 0 <= g < meta.num_row_groups:
+            return None
+        try:
+            lo, hi = pages.row_group_range(meta, g, cols)
+        except pages.Unsupported:
+            return None
+        full = _join(self.root, shard.path)
+        try:
+            return pages.RangeBuffer(lo, self.fs.cat_file(full, start=lo, end=hi))
+        except FileNotFoundError:
+            raise DataError(
+                "file listed in the manifest is missing", path=full
+            ) from None
+        except OSError as e:
+            raise DataError(f"cannot be read: {e}", path=full) from None
+
+    def prefetch(self, shard: ShardFile, g: int):
+        """Start fetching row group ``g`` of ``shard`` in the background (object
+        storage only; None on a local disk, where the page cache reads ahead): a
+        future to hand to :meth:`iter_file` as ``fetched={g: future}``."""
+        if self.is_local:
+            return None
+        return _fetch_pool().submit(self._fetch, shard, g)
+
     def iter_file(
         self,
         shard: ShardFile,
         batch_rows: int = 65_536,
         row_groups: Iterable[int] | None = None,
         with_group: bool = False,
+        fetched: dict | None = None,
     ) -> Iterator[RowBlock]:
         """CSR batches of one shard file (optionally only some of its row groups).
 
@@ -310,6 +388,9 @@ class ShardedDataset:
             raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
         full = _join(self.root, shard.path)
         label = CLASS_LABEL.get(shard.cls)
+        if not self.is_local and not (with_group and self.has_group):
+            yield from self._iter_remote(shard, batch_rows, row_groups, fetched or {})
+            return
         pf = self.open_file(shard)
         try:
             n_groups = pf.metadata.num_row_groups
@@ -349,6 +430,48 @@ class ShardedDataset:
                         yield block.slice(a, min(a + batch_rows, len(block)))
         finally:
             pf.close()
+
+    def _iter_remote(self, shard, batch_rows, row_groups, fetched):
+        """:meth:`iter_file` on object storage: the footer from the process's cache
+        and each row group by one ranged request (or the prefetch's), decoded here;
+        files in another layout through pyarrow."""
+        full = _join(self.root, shard.path)
+        meta, cols = self._footer(shard)
+        n_groups = meta.num_row_groups
+        rg = list(range(n_groups)) if row_groups is None else list(row_groups)
+        if any(not 0 <= g < n_groups for g in rg):
+            raise DataError(
+                f"row groups {rg} asked for, the file has {n_groups} "
+                f"(manifest.json records {shard.row_groups}): the manifest and the "
+                "file disagree",
+                path=full,
+            )
+        label = CLASS_LABEL.get(shard.cls)
+        for g in rg:
+            fut = fetched.pop(g, None)
+            buf = fut.result() if fut is not None else self._fetch(shard, g)
+            parts = None
+            if buf is not None:
+                try:
+                    *parts, checked = pages.read_row_group(
+                        buf, meta, g, cols, self.n_features, full
+                    )
+                except pages.Unsupported:
+                    parts = None
+            if parts is None:
+                pf = self.open_file(shard)
+                try:
+                    yield from self._arrow_batches(
+                        pf, [g], batch_rows, False, full, label
+                    )
+                finally:
+                    pf.close()
+                continue
+            block = arrays_to_block(
+                *parts, self.n_features, path=full, label=label, rows_checked=checked
+            )
+            for a in range(0, len(block), batch_rows):
+                yield block.slice(a, min(a + batch_rows, len(block)))
 
     def _arrow_batches(self, pf, rg, batch_rows, grouped, full, label):
         """Batches of the row groups ``rg`` decoded by pyarrow."""

@@ -24,6 +24,7 @@ they are visited or gathered; ``block = 1`` is a plain permutation).
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -138,6 +139,10 @@ class InMemorySampler:
         return self.X, self.y, order
 
 
+# row groups fetched ahead of the one being read, per class stream, on object storage
+READ_AHEAD = int(os.environ.get("BIGRATE_READ_AHEAD", "2"))
+
+
 class RowGroupCache:
     """A per-process LRU cache of decoded row groups with a byte budget.
 
@@ -166,7 +171,12 @@ class RowGroupCache:
             + b.row_id.nbytes
         )
 
-    def get(self, ds, shard, rg: int, batch_rows: int) -> RowBlock | None:
+    def holds(self, shard, rg: int) -> bool:
+        return (shard.path, shard.sha256, rg) in self.items
+
+    def get(self, ds, shard, rg: int, batch_rows: int, fetched=None) -> RowBlock | None:
+        """Row group ``rg`` of ``shard``, decoded (``fetched``: its bytes' future from
+        :meth:`ShardedDataset.prefetch`, when one was started)."""
         key = (shard.path, shard.sha256, rg)
         hit = self.items.get(key)
         if hit is not None:
@@ -174,7 +184,8 @@ class RowGroupCache:
             self.hits += 1
             return hit
         self.misses += 1
-        blocks = list(ds.iter_file(shard, batch_rows, row_groups=[rg]))
+        ahead = None if fetched is None else {rg: fetched}
+        blocks = list(ds.iter_file(shard, batch_rows, row_groups=[rg], fetched=ahead))
         if not blocks:
             return None
         block = RowBlock.concat(blocks)
@@ -229,6 +240,7 @@ class _ShardClassStream:
         self.at = 0
         self.passes = 0
         self.read_s = 0.0  # reading, decoding and checking row groups
+        self.ahead: dict = {}  # (file, row group) -> future of its bytes (object storage)
 
     def _read_unit(self) -> tuple[RowBlock, np.ndarray | None] | None:
         """The next row group of this pass and the positions of its rows that are not
@@ -237,8 +249,10 @@ class _ShardClassStream:
             self.queue = [self.units[i] for i in self.rng.permutation(len(self.units))]
             self.passes += 1
         shard, rg = self.queue.pop()
+        fetched = self.ahead.pop((shard.path, rg), None)
+        self._read_ahead()
         t = time.perf_counter()
-        block = self.cache.get(self.ds, shard, rg, self.batch_rows)
+        block = self.cache.get(self.ds, shard, rg, self.batch_rows, fetched)
         self.read_s += time.perf_counter() - t
         if block is None:
             return None
@@ -246,6 +260,21 @@ class _ShardClassStream:
         if self.holdout is not None:
             keep = np.flatnonzero(~holdout_mask(block.row_id, *self.holdout))
         return block, keep
+
+    def _read_ahead(self, depth: int | None = None) -> None:
+        """Keep the next ``depth`` row groups of this pass that are not cached being
+        fetched in the background (object storage: a request's latency overlaps the
+        steps on the rows before it; on a local disk nothing is started)."""
+        depth = READ_AHEAD if depth is None else depth
+        if depth <= 0:
+            return
+        for shard, rg in self.queue[-depth:]:
+            key = (shard.path, rg)
+            if key not in self.ahead and not self.cache.holds(shard, rg):
+                fut = self.ds.prefetch(shard, rg)
+                if fut is None:
+                    return
+                self.ahead[key] = fut
 
     def waiting_row_ids(self) -> np.ndarray:
         """The ``row_id`` of the buffer's rows not drawn yet, in the order they will be."""

@@ -111,7 +111,10 @@ def test_a_prep_killed_midway_leaves_no_readable_dataset(s3, tmp_path, monkeypat
     proc = start_cli("prep", "svmlight", url, "--out", out, "--rows-per-file", "256",
                      "--row-group-size", "256", "--quiet", env=s3.env())  # fmt: skip
     t0 = time.time()
-    while len([r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/broken/")]) < 20:
+    while (
+        len([r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/broken/")])
+        < 20
+    ):
         assert proc.poll() is None and time.time() - t0 < 120
         time.sleep(0.02)
     proc.kill()  # dies outright: no clean-up runs
@@ -277,3 +280,40 @@ def test_train_on_a_ray_cluster_from_s3(s3, s3_synth, tmp_path, short_tmp):
         assert m["evaluation"]["test"]["pfa"] < 0.1
     finally:
         _stop_group(head)
+
+
+def test_streaming_from_s3_is_the_local_stream_in_one_ranged_get_a_row_group(
+    s3, s3_synth, tmp_path, monkeypatch
+):
+    """The same rows, the same model, as from a local copy; once a file's footer is
+    known (kept per process), each row group is one GET and nothing else."""
+    from bigrate import NeymanPearsonSGD
+    from bigrate.data import ShardedDataset
+
+    for k, v in s3.env({}).items():
+        monkeypatch.setenv(k, v)
+    local = tmp_path / "copy"
+    s3.fs().get(s3_synth.removeprefix("s3://") + "/", str(local) + "/", recursive=True)
+    remote, here = ShardedDataset(s3_synth), ShardedDataset(local)
+    f = remote.files("train", "neg")[0]
+    a = list(remote.iter_file(f, 4096))
+    b = list(here.iter_file(f, 4096))
+    assert len(a) == len(b) and all(
+        (x.X != y.X).nnz == 0 and (x.row_id == y.row_id).all() for x, y in zip(a, b)
+    )
+
+    def fit(ds):
+        return NeymanPearsonSGD(rho=0.1, epochs=1, calibrate=None, random_state=0).fit(
+            ds
+        )
+
+    fit(remote)  # footers now known in this process
+    before = len(s3.requests())
+    m_remote = fit(remote)
+    reqs = s3.requests()[before:]
+    m_local = fit(here)
+    assert (m_remote.coef_ == m_local.coef_).all()
+    assert m_remote.intercept_ == m_local.intercept_
+    # a row group read is one GET: no HEAD, no listing, no footer again
+    assert reqs and not [r for r in reqs if not r.startswith("GET ")], reqs
+    assert all("/train/" in r for r in reqs), reqs
