@@ -230,8 +230,19 @@ def test_train_and_a_resumed_sweep_on_dask_workers_that_share_no_disk(
     body = train_job(s3_synth, tmp_path / "runs", engine="dask", epochs=3)
     p = run_cli("run", job_file(tmp_path, body), "--address", remote_dask, env=env)
     assert p.returncode == 0, p.stderr
-    m = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
+    run = only_run(tmp_path / "runs")
+    m = json.loads((run / "metrics.json").read_text())
     assert m["evaluation"]["test"]["pfa"] < 0.1
+    # predict and report read the dataset where it is
+    p = run_cli("predict", run, s3_synth, "--splits", "test", "--out",
+                tmp_path / "pred.parquet", env=env)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    import pyarrow.parquet as pq
+
+    pred = pq.read_table(tmp_path / "pred.parquet")
+    assert pred.num_rows == sum(m["evaluation"]["test"][k] for k in ("n_pos", "n_neg"))
+    p = run_cli("report", run, env=env)
+    assert p.returncode == 0 and (run / "report" / "roc.png").exists(), p.stderr
     # a sweep whose driver is killed outright, resumed: the results finished before
     # the kill are kept, the rest are done
     runs = tmp_path / "sweeps"
