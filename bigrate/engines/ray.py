@@ -116,6 +116,7 @@ class RayEngine(Engine):
         import ray
 
         self._ray = ray
+        self._reaper = None
         self._actors = None  # the pinned pools' actors, made on first use
         self.started = False
         if ray.is_initialized():
@@ -129,14 +130,24 @@ class RayEngine(Engine):
             )
         else:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(
-                num_cpus=n_workers or os.cpu_count() or 1,
-                include_dashboard=False,
-                log_to_driver=not quiet,
-                configure_logging=False,
-                _node_ip_address="127.0.0.1",
-            )
+            # what a SIGKILLed driver would leave behind, stopped: the reaper starts
+            # first, so that what it sees appear from now on is this runtime
+            from bigrate.engines import reaper
+
+            self._reaper = reaper.start(os.getpid())
+            try:
+                ray.init(
+                    num_cpus=n_workers or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=not quiet,
+                    configure_logging=False,
+                    _node_ip_address="127.0.0.1",
+                )
+            except BaseException:
+                reaper.stop(self._reaper)
+                raise
             self.started = True
+
         # what tells whether the head is there: its GCS, or the client server
         if address and address.startswith("ray://"):
             self._head = host_port(address, 10001)
@@ -370,6 +381,11 @@ class RayEngine(Engine):
         if self.started:
             self._ray.shutdown()
             self.started = False
+        if getattr(self, "_reaper", None) is not None:
+            from bigrate.engines import reaper
+
+            reaper.stop(self._reaper)
+            self._reaper = None
 
 
 class _RayPinned(Pinned):

@@ -214,3 +214,49 @@ def test_version():
 
     p = run_cli("--version", check=True)
     assert p.stdout.strip() == f"bigrate {__version__}"
+
+
+def test_a_killed_driver_leaves_no_process_of_its_embedded_ray(tmp_path, synth):
+    """SIGKILL to `bigrate train --engine ray` mid-training: every process the
+    embedded runtime had started is gone soon after (before the reaper, Ray's
+    dashboard and runtime-env agents stayed, reparented to init, for good)."""
+    import psutil
+
+    from tests.conftest import start_cli
+
+    out = tmp_path / "run"
+    proc = start_cli("train", synth, "--engine", "ray", "--workers", "2", "--rho",
+                     "0.1", "--epochs", "400", "--out", out)  # fmt: skip
+    t0 = time.time()
+    while not (out / "events.jsonl").exists() or (
+        "train_started" not in (out / "events.jsonl").read_text()
+    ):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() - t0 < 180
+        time.sleep(0.2)
+    time.sleep(2.0)
+    runtime = [
+        (p, p.create_time()) for p in psutil.Process(proc.pid).children(recursive=True)
+    ]
+    assert len(runtime) >= 5  # GCS, raylet, agents, workers, the reaper
+    proc.kill()
+    proc.communicate(timeout=60)
+
+    def alive():
+        out = []
+        for p, started in runtime:
+            try:
+                if p.is_running() and p.create_time() == started:
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    t0 = time.time()
+    while alive() and time.time() - t0 < 30:
+        time.sleep(0.5)
+    left = alive()
+    for p in left:  # this test's own, by process id: never left running
+        p.kill()
+    assert not left, [(p.pid, p.name()) for p in left]
