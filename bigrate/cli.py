@@ -6,6 +6,7 @@ bigrate prep pin FILE --out DIR             Percolator / mokapot pin -> shards
 bigrate prep synth --rows N ... --out DIR   RCV1-shaped synthetic shards
 bigrate prep recipe NAME --out DIR          a dataset of ../shared/data
 bigrate info DIR [--verify] [--json]        the manifest's summary
+bigrate warm [--estimator NAME]            compile the kernels into numba's cache (images, nodes)
 bigrate train DIR --rho 0.05 [--engine dask|ray|local] [--out RUN]
                                             fit, evaluate Pfa/Pnd per split, save
 """
@@ -250,6 +251,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="PNG plots and an HTML page for a run")
     p.add_argument("run_dir")
 
+    p = sub.add_parser(
+        "warm",
+        help="compile every estimator's kernels into numba's cache (for images and "
+        "cluster nodes)",
+    )
+    p.add_argument(
+        "--estimator",
+        action="append",
+        default=None,
+        help="only this estimator (repeatable; default: all)",
+    )
+
     p = sub.add_parser("info", help="print a dataset's manifest summary")
     p.add_argument("path")
     p.add_argument(
@@ -439,6 +452,20 @@ def _report(a) -> int:
     return 0
 
 
+def _warm(a) -> int:
+    import time
+
+    from bigrate.runner.warm import cache_dir, warm
+
+    t = time.perf_counter()
+    rows = warm(a.estimator)
+    for r in rows:
+        what = f"error: {r['error']}" if r["error"] else "compiled or loaded"
+        print(f"{r['estimator']:<28}{r['seconds']:>8.2f} s  {what}")
+    print(f"numba cache: {cache_dir()} ({time.perf_counter() - t:.1f} s in all)")
+    return 1 if any(r["error"] for r in rows) else 0
+
+
 def _info(a) -> int:
     from bigrate.data import ShardedDataset
 
@@ -490,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "prep":
             return _prep(a)
+        if a.cmd == "warm":
+            return _warm(a)
         if a.cmd == "info":
             return _info(a)
         handlers = {

@@ -212,11 +212,12 @@ def fit_val(est_cls, params: dict, dataset_path: str, target: dict,
 WARM_OVERRIDES = {"calibrate": None, "epochs": 1, "mm_iterations": 1, "max_iter": 5}
 
 
-def warm_task(est_cls, params: dict, n_features: int) -> dict:
+def warm_task(est_cls, params: dict, n_features: int, rows: int = 400,
+              dense: bool = False) -> dict:  # fmt: skip
     """Load the imports and compiled kernels a sweep's fits need, where it runs: fit
-    ``est_cls`` with ``params`` (made short by :data:`WARM_OVERRIDES`) on 400 random
-    sparse rows (CSR float32, as read from shards) of ``n_features`` features, the
-    classes balanced. It never raises (a warm-up that fails costs nothing but the
+    ``est_cls`` with ``params`` (made short by :data:`WARM_OVERRIDES`) on ``rows``
+    random sparse rows (CSR float32, as read from shards; ``dense``: as an array) of
+    ``n_features`` features, the classes balanced. It never raises (a warm-up that fails costs nothing but the
     first fits' speed): returns its ``seconds``, the ``error`` if any, and ``pid``."""
     import scipy.sparse as sp
 
@@ -225,10 +226,12 @@ def warm_task(est_cls, params: dict, n_features: int) -> dict:
         import warnings
 
         d = max(1, min(int(n_features), 50))
-        X = sp.random(400, d, density=0.3, format="csr", dtype=np.float32,
+        X = sp.random(rows, d, density=0.3, format="csr", dtype=np.float32,
                       random_state=0)  # fmt: skip
-        X.resize(400, int(n_features))
-        y = np.where(np.arange(400) % 2 == 0, 1, -1)
+        X.resize(rows, int(n_features))
+        y = np.where(np.arange(rows) % 2 == 0, 1, -1)
+        if dense:
+            X = X.toarray()
         valid = est_cls().get_params()
         p = {**params, **{k: v for k, v in WARM_OVERRIDES.items() if k in valid}}
         with warnings.catch_warnings():  # a short fit on random rows may not converge
