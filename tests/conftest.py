@@ -140,3 +140,24 @@ def short_tmp():
     d = Path(tempfile.mkdtemp(prefix="bgr-", dir="/tmp"))
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def compiled_kernels(tmp_path_factory):
+    """Every estimator's kernels in numba's on-disk cache before a test starts
+    processes that use them (CLI jobs, Dask and Ray workers): on a fresh clone each
+    such process would otherwise compile the same kernels at the same time (minutes of
+    CPU each for the SVC, path and BPSP learners). Done once per test run, under a lock
+    the xdist processes share: the second finds the cache filled."""
+    import fcntl
+
+    from bigrate.runner.warm import warm
+
+    lock = tmp_path_factory.getbasetemp().parent / "compiled-kernels.lock"
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            rows = warm()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+    assert not [r for r in rows if r["error"]], rows

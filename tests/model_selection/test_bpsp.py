@@ -11,6 +11,9 @@ from bigrate import BPSPSearchCV, CostSensitiveSVC
 from bigrate.kernel.smo import cross_kernel
 from bigrate.model_selection.bpsp.partition import Partitioner, invariant_cells
 
+# processes these tests start load compiled kernels instead of compiling them
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 
 def _data(n, seed=0):
     rng = np.random.default_rng(seed)

@@ -15,6 +15,9 @@ from bigrate import NeymanPearsonSVC, NPSearchCV
 from tests.conftest import kill_a_fitting_worker
 from tests.kernel.test_smo_svc import two_gaussians
 
+# processes these tests start load compiled kernels instead of compiling them
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 GRID = {"C": [20.0, 200.0, 2000.0], "gamma": [0.1, 0.5, 2.0]}
 
 
@@ -55,6 +58,7 @@ SCRIPT = """
 import numpy as np, sys
 from bigrate import NeymanPearsonSVC, NPSearchCV
 from tests.kernel.test_smo_svc import two_gaussians
+
 X, y = two_gaussians(1, n=400)
 grid = {{"C": [20.0, 200.0, 2000.0, 20000.0], "gamma": [0.1, 0.5, 2.0]}}
 NPSearchCV(NeymanPearsonSVC(max_iter=400), grid, rho=0.05, cv=3, engine="{engine}",

@@ -19,6 +19,9 @@ from bigrate import ShardedDataset, load_model
 from tests.conftest import REPO, run_cli
 from tests.runner.test_jobs import job_file, only_run
 
+# processes these tests start load compiled kernels instead of compiling them
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 FAULTS = REPO / "tests" / "faults"
 
 

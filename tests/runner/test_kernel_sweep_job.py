@@ -12,6 +12,9 @@ import pytest
 from bigrate import NeymanPearsonSVC, ShardedDataset, load_model
 from tests.conftest import run_cli, start_cli, wait_for_results
 
+# processes these tests start load compiled kernels instead of compiling them
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 
 @pytest.fixture(scope="module")
 def iono(tmp_path_factory, shared_data):

@@ -7,6 +7,9 @@ import tomllib
 
 from tests.conftest import REPO
 
+# processes these tests start load compiled kernels instead of compiling them
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 JOBS = sorted((REPO / "jobs").glob("*.toml"))
 
 
