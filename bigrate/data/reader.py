@@ -154,6 +154,19 @@ def _fetch_pool():
 _POOL_PID = None
 
 
+def _row_groups(shard, n_groups: int, row_groups, full: str) -> list[int]:
+    """The row groups asked for (None: all), each checked to be in the file."""
+    rg = list(range(n_groups)) if row_groups is None else list(row_groups)
+    if any(not 0 <= g < n_groups for g in rg):
+        raise DataError(
+            f"row groups {rg} asked for, the file has {n_groups} "
+            f"(manifest.json records {shard.row_groups}): the manifest and the "
+            "file disagree",
+            path=full,
+        )
+    return rg
+
+
 def is_dataset(X) -> bool:
     """Is X a ShardedDataset or a path to one (rather than an array)?"""
     return isinstance(X, (ShardedDataset, DatasetRef, str, os.PathLike))
@@ -393,15 +406,7 @@ class ShardedDataset:
             return
         pf = self.open_file(shard)
         try:
-            n_groups = pf.metadata.num_row_groups
-            rg = list(range(n_groups)) if row_groups is None else list(row_groups)
-            if any(not 0 <= g < n_groups for g in rg):
-                raise DataError(
-                    f"row groups {rg} asked for, the file has {n_groups} "
-                    f"(manifest.json records {shard.row_groups}): the manifest and the "
-                    "file disagree",
-                    path=full,
-                )
+            rg = _row_groups(shard, pf.metadata.num_row_groups, row_groups, full)
             grouped = with_group and self.has_group
             cols = None if grouped else pages.layout(pf)
             if cols is None:
@@ -437,15 +442,7 @@ class ShardedDataset:
         files in another layout through pyarrow."""
         full = _join(self.root, shard.path)
         meta, cols = self._footer(shard)
-        n_groups = meta.num_row_groups
-        rg = list(range(n_groups)) if row_groups is None else list(row_groups)
-        if any(not 0 <= g < n_groups for g in rg):
-            raise DataError(
-                f"row groups {rg} asked for, the file has {n_groups} "
-                f"(manifest.json records {shard.row_groups}): the manifest and the "
-                "file disagree",
-                path=full,
-            )
+        rg = _row_groups(shard, meta.num_row_groups, row_groups, full)
         label = CLASS_LABEL.get(shard.cls)
         for g in rg:
             fut = fetched.pop(g, None)
