@@ -2,7 +2,6 @@
 (SIGKILL) or interrupted (Ctrl-C) mid-training resumes from its last checkpoint, and its
 final model equals that of an uninterrupted run with the same seed and engine."""
 
-import json
 import os
 import signal
 import time
@@ -13,7 +12,7 @@ import pytest
 from bigrate import load_model
 from bigrate.linear.distributed import load_snapshot
 from tests.conftest import run_cli, start_cli
-from tests.runner.test_jobs import job_file, only_run
+from tests.runner.test_jobs import events, job_file, only_run
 
 
 def train_body(data, out, engine="local", epochs=15, every=1):
@@ -33,10 +32,6 @@ workers = 2
 dir = "{out}"
 checkpoint_rounds = {every}
 """
-
-
-def events(run):
-    return [json.loads(line) for line in (run / "events.jsonl").open()]
 
 
 def wait_for_checkpoint(out, round_at_least, proc, timeout=180):

@@ -17,7 +17,7 @@ import pytest
 
 from bigrate import ShardedDataset, load_model
 from tests.conftest import REPO, run_cli
-from tests.runner.test_jobs import job_file, only_run
+from tests.runner.test_jobs import events, job_file, only_run
 
 # processes these tests start load compiled kernels instead of compiling them
 pytestmark = pytest.mark.usefixtures("compiled_kernels")
@@ -32,10 +32,6 @@ def killed_at(tmp_path, target: str, n: int = 1) -> dict:
     fault.parent.mkdir(exist_ok=True)
     fault.write_text(f"{target} {n}")
     return dict(os.environ, PYTHONPATH=str(FAULTS), BIGRATE_FAULT_FILE=str(fault))
-
-
-def events(run):
-    return [json.loads(line) for line in (run / "events.jsonl").open()]
 
 
 def job(data, out, estimator, params, extra="", name="k"):

@@ -36,6 +36,11 @@ dir = "{out}"
 """
 
 
+def events(run):
+    """The run's events.jsonl, as dicts, in order."""
+    return [json.loads(line) for line in (run / "events.jsonl").open()]
+
+
 def only_run(out):
     runs = [p for p in out.iterdir() if p.is_dir()]
     assert len(runs) == 1

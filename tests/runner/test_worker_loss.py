@@ -25,7 +25,7 @@ import pytest
 
 from bigrate import load_model
 from tests.conftest import REPO, run_cli, start_cli
-from tests.runner.test_jobs import job_file, only_run
+from tests.runner.test_jobs import events, job_file, only_run
 
 BIN = Path(sys.executable).parent
 FAULTS = REPO / "tests" / "faults"
@@ -152,10 +152,6 @@ def arm(fault_file: Path, kills: list | None, delay: float = 0.0) -> None:
 
 def fired(fault_file: Path, target: str, n: int) -> bool:
     return (fault_file.parent / f"{target}-{n}").exists()
-
-
-def events(run):
-    return [json.loads(line) for line in (run / "events.jsonl").open()]
 
 
 def train_body(data, out, engine, epochs=EPOCHS, every=20, name="wl"):
