@@ -13,7 +13,9 @@ on the workers, maps plain functions over argument tuples and gives results back
 - ``pinned()``: a :class:`Pinned` pool (a context manager) whose ``run`` sends task i
   to worker slot i every call, straight to that worker where the engine can (Dask and
   Ray actors: no scheduler in between), so what a worker process keeps from one call
-  (a cache of decoded data) serves the next; rounds of a training loop use it.
+  (a cache of decoded data) serves the next; and whose ``allreduce`` runs task i on
+  slot i and combines the results on the workers along a fixed tree (:func:`tree_order`),
+  the driver receiving only the combined result; rounds of a training loop use it.
 - ``n_workers`` and ``worker_memory_limits()``: what a learner needs to plan its work.
 - ``close()`` (also as a context manager), ``dashboard_link``.
 
@@ -244,6 +246,11 @@ class Engine(ABC):
     on_notice: Callable[[str], None] | None = None
     #: seconds without a result after which a wait says so (then at doubling times)
     stall_after: float = STALL_SECONDS
+    #: workers from which an allreduce of a training round is combined on the workers
+    #: (``Pinned.allreduce(on="workers")``) rather than in the driver: where the model of
+    #: ``bench_sgd.py scale``, with this engine's worker-to-worker hop measured, says
+    #: the tree's 2 log2(W) hops cost less than W states through the driver
+    tree_min_workers: int = 64
     #: asked at every idle look of a wait: True ends the wait with KeyboardInterrupt (a
     #: stop was asked for, e.g. SIGTERM while the round's workers were lost)
     should_stop: Callable[[], bool] | None = None
@@ -474,6 +481,8 @@ def _failed(r: dict) -> bool:
 
 #: what :meth:`Pinned._collect` gives for a call whose worker or actor is gone
 LOST = object()
+#: what :meth:`Pinned._tree` gives when a task of the tree raised
+FAILED = object()
 
 
 def submit_while_free(
@@ -516,6 +525,76 @@ def run_batch(fn: Callable, items: list[tuple], resolve: Callable | None) -> lis
     return out
 
 
+def tree_children(i: int, n: int) -> list[int]:
+    """The children of node ``i`` of the reduction tree over ``n`` tasks: the binary
+    heap's ``2i + 1`` and ``2i + 2`` (task 0 is the root; node ``i > 0``'s parent is
+    ``(i - 1) // 2``). Every task's result is sent once, to its parent; the tree is
+    ``ceil(log2(n + 1))`` levels deep."""
+    return [c for c in (2 * i + 1, 2 * i + 2) if c < n]
+
+
+def tree_parent(i: int) -> int:
+    return (i - 1) // 2
+
+
+def combine_node(combine: Callable, own, *children):
+    """Node ``i``'s partial result: its own result combined with its children's
+    partials, the lower child first (``combine(combine(own, c1), c2)``)."""
+    out = own
+    for c in children:
+        out = combine(out, c)
+    return out
+
+
+def tree_reduce(values: Sequence, combine: Callable):
+    """``values`` combined along the reduction tree (:func:`tree_children`), in the
+    order every engine uses on its workers, so the result is the same bits wherever
+    and in whatever order the values were computed."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("tree_reduce needs at least one value")
+    part = list(values)
+    for i in range(n - 1, -1, -1):
+        part[i] = combine_node(
+            combine, part[i], *(part[c] for c in tree_children(i, n))
+        )
+    return part[0]
+
+
+def tree_leaf(fn: Callable, shared, args: tuple):
+    """A task of :meth:`Pinned.allreduce`: ``fn(shared, *args)``."""
+    return fn(shared, *args)
+
+
+def same(x):
+    """A copy of ``x`` where this task runs (a step of the broadcast down the tree)."""
+    return x
+
+
+class Reduced:
+    """What :meth:`Pinned.allreduce` returns: the combined ``value`` (in this process)
+    and, where the engine keeps it on a worker, a ``handle`` to it there, from which
+    the next call's ``shared`` argument is broadcast down the tree instead of being
+    sent from this process to every worker."""
+
+    def __init__(self, value, handle=None, pool=None, generation: int = 0):
+        self.value, self.handle = value, handle
+        self.pool, self.generation = pool, generation
+
+    def handle_in(self, pool) -> object | None:
+        """The handle, if it is one of ``pool``'s slot set now (slots made again
+        after a lost worker may have lost it: the value is sent instead)."""
+        if self.handle is None or self.pool is not pool:
+            return None
+        return self.handle if self.generation == pool.generation else None
+
+
+def shared_value(shared):
+    """The value of an ``allreduce`` ``shared`` argument (a :class:`Reduced` or a
+    plain object)."""
+    return shared.value if isinstance(shared, Reduced) else shared
+
+
 class Slot:
     """A worker slot of a pinned pool, made an actor by the engine: it runs functions
     in its worker's process (where that process's caches live); ``resolve`` as
@@ -526,6 +605,11 @@ class Slot:
 
     def run(self, fn: Callable, args: tuple) -> list[dict]:
         return run_batch(fn, [args], self.resolve)
+
+    def apply(self, fn: Callable, *args):
+        """``fn(*args)`` as it is (the engine resolved the handles among ``args``):
+        a step of :meth:`Pinned.allreduce`'s tree."""
+        return fn(*args)
 
 
 class Pinned:
@@ -554,6 +638,9 @@ class Pinned:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.fallbacks = 0
+        #: counts the times the slots were let go of (a handle of an earlier
+        #: generation may be on a worker that is gone)
+        self.generation = 0
         self._slots: list | None = None  # one handle a slot, made on first use
         self._size: int | None = None  # how many are wanted (the workers at first)
         self._retry_at = 0.0
@@ -645,6 +732,79 @@ class Pinned:
                 out[i] = res
         return out
 
+    def allreduce(
+        self,
+        fn: Callable,
+        args_list: Sequence[tuple],
+        combine: Callable,
+        *,
+        shared=None,
+        slots: Sequence[int] | None = None,
+        on: str = "workers",
+        retries: int = 3,
+        what: str = "tasks",
+    ) -> Reduced:
+        """``fn(shared, *args)`` for every tuple, task i on slot ``slots[i]`` (default
+        i) as :meth:`run` places it, the results combined on the workers along the
+        reduction tree (:func:`tree_children`: node i combines its own result with its
+        children's partials, on its own slot, so each result crosses the network once
+        and the driver receives only the root's). The combination order is fixed by
+        the task indices, so the value is the same bits on every engine and whatever
+        order the tasks finish in (:func:`tree_reduce` gives it in one process).
+
+        ``shared``: the object every task receives first: a plain object (sent with
+        each task) or the :class:`Reduced` of the previous call, whose value is then
+        broadcast from the root's slot down the same tree (each slot sends it to at
+        most two others). A call whose tree cannot finish (a worker lost, or an
+        exception in a task) runs again as :meth:`Engine.run` tasks combined in this
+        process: the same value (tasks are pure), ``fallbacks`` counting the tasks,
+        an exception in ``fn`` raising its :class:`TaskError`. This base class (the
+        local engine's): the tasks in order, combined here.
+
+        ``on="driver"``: the same tree, combined in this process from the results
+        :meth:`run` brings back (the same bits; the cheaper way where the engine's
+        worker-to-worker hops cost more than the states' trips to the driver, which
+        is so on Dask and Ray below tens of workers: ``bench_sgd.py scale``)."""
+        if on not in ("workers", "driver"):
+            raise ValueError(f"on must be 'workers' or 'driver', got {on!r}")
+        if on == "driver" or not self._ready():
+            value = shared_value(shared)
+            results = self.run(tree_leaf, [(fn, value, a) for a in args_list],
+                               slots=slots, retries=retries, what=what)  # fmt: skip
+            return Reduced(tree_reduce(results, combine))
+        slots = list(range(len(args_list)) if slots is None else slots)
+        got = self._tree(fn, args_list, combine, shared, slots, what)
+        if isinstance(got, Reduced):
+            return got
+        if got is LOST:
+            self.engine.check_cluster()  # the whole cluster, or only a worker?
+            self.fallbacks += len(args_list)
+            self._drop(lost=True)  # made again on the workers there are, next call
+        # LOST, or FAILED: run here, where an exception raises its TaskError
+        return self._reduce_here(fn, args_list, combine, shared, retries, what)
+
+    def _reduce_here(self, fn, args_list, combine, shared, retries, what) -> Reduced:
+        value = shared_value(shared)
+        results = self.engine.run(
+            tree_leaf, [(fn, value, a) for a in args_list], retries=retries, what=what
+        )
+        return Reduced(tree_reduce(results, combine))
+
+    def _tree(self, fn, args_list, combine, shared, slots, what):
+        """The engine's tree (see :meth:`allreduce`) on the pool's slots: a
+        :class:`Reduced`, :data:`LOST` (a slot's worker is gone) or :data:`FAILED` (a
+        task raised). Here: none (the local engine has no slots, so :meth:`allreduce`
+        never gets here)."""
+        return LOST
+
+    def _tree_plan(self, n: int):
+        """For the tree over ``n`` tasks: each node's children, and the node whose
+        copy of ``shared`` each task reads (its own for a node with children, which
+        passes it on; its parent's for a leaf of the tree; the root's for the root)."""
+        kids = [tree_children(i, n) for i in range(n)]
+        src = [i if (kids[i] or i == 0) else tree_parent(i) for i in range(n)]
+        return kids, src
+
     def _ready(self) -> list:
         """The slots, made on first use, and made again after a lost worker: at the
         next call, then while there are fewer than at first (a nanny's replacement
@@ -675,6 +835,7 @@ class Pinned:
 
     def _drop(self, lost: bool = False) -> None:
         slots, self._slots = self._slots or [], None
+        self.generation += 1
         try:
             self._close_slots(slots, lost)
         except Exception:  # noqa: BLE001 - slots of lost workers are gone already

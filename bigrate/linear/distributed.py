@@ -11,8 +11,11 @@ The row groups of each class are dealt to the workers round-robin, once, so ever
 owns a share of both classes. Each round, every worker task starts from the global state
 (w, b, lambda, t), reads only its own row groups for this round straight from the dataset
 path (local or fsspec URL: data never travels through the driver), runs ``steps``
-class-balanced SGD steps and returns its state and false-alarm statistics; the driver
-merges the states (mean model, geometric mean of the multipliers). Worker k's task runs
+class-balanced SGD steps and gives its state and false-alarm statistics to the
+engine's reduction tree: the workers sum them pairwise along a fixed binary tree (each
+state crosses the network once), the driver receives the root's sum alone (mean model,
+geometric mean of the multipliers: :class:`RoundSum`), and the next round's start goes
+from the root's worker down the same tree. Worker k's task runs
 in the same worker process every round (the engine's pinned pool: an actor on Dask and
 Ray), so the row groups it decoded in earlier rounds are still in that process's cache.
 
@@ -41,19 +44,29 @@ from pathlib import Path
 import numpy as np
 
 from bigrate.data.reader import ShardedDataset
-from bigrate.engines.base import ClusterLost
+from bigrate.engines.base import ClusterLost, Reduced
 from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
 from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
-from bigrate.linear.sgd import KernelConfig, SGDState, merge_states, steps_from
+from bigrate.linear.sgd import (
+    KernelConfig,
+    SGDState,
+    StateSum,
+    add_state_sums,
+    steps_from,
+)
 from bigrate.progress import Progress
 
 __all__ = [
+    "RoundSum",
     "Snapshot",
+    "combine_rounds",
+    "auto_rounds_per_epoch",
     "fit_distributed",
     "load_snapshot",
     "round_units",
     "save_snapshot",
     "sgd_round",
+    "sgd_task",
 ]
 
 
@@ -182,6 +195,51 @@ def sgd_round(
     }
 
 
+_TASK_PARTS = ("read_s", "gather_s", "steps_s", "setup_s")
+
+
+@dataclass
+class RoundSum:
+    """Workers' round results summed along the engine's reduction tree: their states
+    (:class:`~bigrate.linear.sgd.StateSum`), false-alarm statistics, how many tasks,
+    the slowest task's and the tasks' total seconds and parts (``_TASK_PARTS``), and
+    the seconds the combinations themselves took."""
+
+    state: StateSum
+    stats: np.ndarray
+    tasks: int
+    seconds_max: float
+    seconds_sum: float
+    parts_sum: np.ndarray
+    combine_s: float = 0.0
+
+    def start(self) -> SGDState:
+        """The state the next round starts from (the merge of the workers' states)."""
+        return self.state.mean()
+
+
+def combine_rounds(a: RoundSum, b: RoundSum) -> RoundSum:
+    """``a`` and ``b`` combined (``a``'s sums first): a node of the reduction tree."""
+    t = time.perf_counter()
+    state = add_state_sums(a.state, b.state)
+    return RoundSum(state, a.stats + b.stats, a.tasks + b.tasks,
+                    max(a.seconds_max, b.seconds_max), a.seconds_sum + b.seconds_sum,
+                    a.parts_sum + b.parts_sum,
+                    a.combine_s + b.combine_s + time.perf_counter() - t)  # fmt: skip
+
+
+def sgd_task(start, *args) -> RoundSum:
+    """A worker's share of a round as a leaf of the reduction tree: :func:`sgd_round`
+    from ``start`` (an :class:`SGDState`, or the previous round's :class:`RoundSum`,
+    whose merge every worker computes alike: the same bits as the driver's),
+    ``args`` the rest of :func:`sgd_round`'s arguments after the state."""
+    state = start.start() if isinstance(start, RoundSum) else start
+    path, units, cfg, *rest = args
+    res = sgd_round(path, units, cfg, state, *rest)
+    return RoundSum(StateSum.of(res["state"]), res["stats"], 1, res["seconds"],
+                    res["seconds"], np.array([res[k] for k in _TASK_PARTS]))  # fmt: skip
+
+
 def warm_steps(cfg: KernelConfig) -> dict:
     """A task run once on every worker slot before the first round: the step kernels of
     ``cfg`` loaded where it runs (from numba's cache, or compiled) by a few steps on a
@@ -197,9 +255,6 @@ def warm_steps(cfg: KernelConfig) -> dict:
     sampler = InMemorySampler(X.tocsr(), y, cfg.mode, 0)
     steps_from(cfg, SGDState(np.zeros(8), 0.0, 1.0, 0.0), sampler, 16, np.zeros(6))
     return {"seconds": time.perf_counter() - t, "pid": os.getpid()}
-
-
-_TASK_PARTS = ("read_s", "gather_s", "steps_s", "setup_s")
 
 
 def _round_costs(timing: list, st: SGDState) -> dict:
@@ -281,13 +336,39 @@ def round_units(
     return [own[perm[(start + j) % len(own)]] for j in range(per_round)]
 
 
+#: the round's fixed cost model behind ``rounds_per_epoch="auto"``: seconds a round
+#: spends beyond its tasks on W workers, ``ROUND_FIXED_S[0] + ROUND_FIXED_S[1] *
+#: log2(W) + ROUND_FIXED_S[2] * W`` (the allreduce of a 378 KB state on 2-16 real worker
+#: processes, ``benchmarks/bench_sgd.py scale``), and seconds an SGD step takes (the
+#: 1- and 2-worker fits there, RCV1-shaped rows)
+ROUND_FIXED_S = (0.004, 0.0015, 0.0002)
+STEP_S = 0.7e-6
+#: the share of a round its fixed cost may take before rounds get longer
+COMM_SHARE = 0.1
+
+
+def auto_rounds_per_epoch(per_epoch: int, workers: int, most: int = 4) -> int:
+    """Rounds an epoch for ``workers`` shares of ``per_epoch`` steps: ``most`` (the
+    workers average their models that often an epoch) unless the tasks would then be
+    so short that the round's fixed cost (:data:`ROUND_FIXED_S`, growing with log2 W
+    on the tree and W at the scheduler) takes more than :data:`COMM_SHARE` of a round;
+    then fewer, longer rounds (local SGD with a longer period), at least one an
+    epoch. A function of the sizes only, so a fit is the same bits in every run."""
+    a, b, c = ROUND_FIXED_S
+    fixed = a + b * math.log2(max(workers, 1)) + c * workers
+    min_steps = fixed * (1 - COMM_SHARE) / COMM_SHARE / STEP_S
+    fit = int(per_epoch // (max(workers, 1) * min_steps))
+    return max(1, min(most, fit))
+
+
 def fit_distributed(
     estimator,
     dataset,
     engine,
     *,
     workers: int | None = None,
-    rounds_per_epoch: int = 4,
+    rounds_per_epoch: int | str = "auto",
+    merge: str = "auto",
     retries: int = 3,
     progress: bool = True,
     on_round=None,
@@ -306,6 +387,20 @@ def fit_distributed(
     model depends on it, not on the workers that run the tasks: task k of a round goes
     to worker slot k modulo the slots there are (the engine's pinned pool), so a worker
     lost, or a resume on another cluster, gives the same model.
+
+    ``rounds_per_epoch``: how often an epoch the workers average their models (at
+    least; large data gets more rounds, so a worker-round holds about ``buffer_rows``
+    rows a class): "auto" is 4, or fewer when the tasks would be so short that the
+    round's fixed cost dominates (:func:`auto_rounds_per_epoch`: many workers on
+    small data). The workers' states are combined on the workers along the engine's
+    reduction tree (:meth:`~bigrate.engines.base.Pinned.allreduce`): the driver
+    receives one merged state a round, in an order fixed by the task indices, so the
+    model is the same bits on every engine. ``merge``: where the tree is combined,
+    "workers" (the driver receives one state a round; the next round's start goes
+    down the same tree from the root's worker), "driver" (the workers' states come to
+    the driver, which combines them in the same order: the same bits) or "auto":
+    on the workers from the engine's ``tree_min_workers`` (where a worker-to-worker
+    hop, ~8 ms on Dask and ~4 ms on Ray here, costs less than the states' trips).
 
     ``on_round(round_index, engine)`` is called after every round (for monitoring).
     ``cache_mb``: decoded row groups each worker keeps across rounds (default: 25% of
@@ -345,6 +440,15 @@ def fit_distributed(
     # a worker-round holds the rows it samples from in memory: at most about
     # buffer_rows per class, so large data gets more (smaller) rounds an epoch
     max_steps = 2 * est.buffer_rows
+    if rounds_per_epoch == "auto" and resume is not None:
+        rounds_per_epoch = int(resume.schedule["rounds_per_epoch"])
+    elif rounds_per_epoch == "auto":
+        rounds_per_epoch = auto_rounds_per_epoch(per_epoch, n_w)
+    elif not isinstance(rounds_per_epoch, int) or rounds_per_epoch < 1:
+        raise ValueError(
+            f"rounds_per_epoch must be 'auto' or a positive integer, got "
+            f"{rounds_per_epoch!r}"
+        )
     rounds_per_epoch = max(rounds_per_epoch, math.ceil(per_epoch / (n_w * max_steps)))
     steps = max(1, math.ceil(per_epoch / (n_w * rounds_per_epoch)))
     # rows each class needs per worker-round, then row groups of that class to read
@@ -360,6 +464,10 @@ def fit_distributed(
         sizes = [u[0].rows / u[0].row_groups for u in units if u[0].cls == cls]
         rows_per_unit = max(1.0, float(np.mean(sizes))) if sizes else 1.0
         per_round.append(max(1, math.ceil((int(steps * share) + 1) / rows_per_unit)))
+    if merge == "auto":
+        merge = "workers" if n_w >= engine.tree_min_workers else "driver"
+    elif merge not in ("workers", "driver"):
+        raise ValueError(f"merge must be 'auto', 'workers' or 'driver', got {merge!r}")
     cached = [_cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
     seed = plan.seed
     if progress:
@@ -406,6 +514,7 @@ def fit_distributed(
     # it decoded stay in that process's cache (with plain tasks, a task landing on
     # the other worker re-read its row groups there), straight to it (actors)
     pool = engine.pinned()
+    start: SGDState | RoundSum | Reduced = st  # what the next round starts from
     try:
         # every slot's process loads the step kernels before the first round
         tw = time.perf_counter()
@@ -424,7 +533,7 @@ def fit_distributed(
                 ):
                     continue  # a worker with no shard of one class sits this round out
                 args.append(
-                    (ds.ref, mine, cfg, st, steps, [seed, rnd, k], 1 << 40,
+                    (ds.ref, mine, cfg, steps, [seed, rnd, k], 1 << 40,
                      est.batch_rows, plan.holdout, cache_mb, est.shuffle_block,
                      cached[k])
                 )  # fmt: skip
@@ -434,20 +543,23 @@ def fit_distributed(
                     f"{ds.path}: no worker holds row groups of both classes"
                 )
             tw = time.perf_counter()
-            results = pool.run(
-                sgd_round, args, slots=slots, retries=retries, what=f"round {rnd + 1}"
-            )
+            # the workers combine their results along the engine's tree; the next
+            # round's start is broadcast from the root's worker down the same tree
+            red = pool.allreduce(
+                sgd_task, args, combine_rounds, shared=start, slots=slots, on=merge,
+                retries=retries, what=f"round {rnd + 1}",
+            )  # fmt: skip
             tm = time.perf_counter()
-            new = merge_states([res["state"] for res in results])
-            round_stats = sum(res["stats"] for res in results)
-            secs = [res["seconds"] for res in results]
-            parts = [np.mean([res[k] for res in results]) for k in _TASK_PARTS]
+            total: RoundSum = red.value
+            new = total.start()
             timing.append(
-                (tm - tw, time.perf_counter() - tm, max(secs), np.mean(secs), *parts)
-            )
+                (tm - tw, total.combine_s, total.seconds_max,
+                 total.seconds_sum / total.tasks, *(total.parts_sum / total.tasks))
+            )  # fmt: skip
             # the round is done: commit it (a KeyboardInterrupt before this line
             # leaves the previous round as the last finished one)
-            st, stats, n_tasks = new, stats + round_stats, n_tasks + len(results)
+            st, stats, n_tasks = new, stats + total.stats, n_tasks + total.tasks
+            start = red if red.handle is not None else total
             epoch_s += time.perf_counter() - tr
             rnd += 1
             bar.update(
@@ -487,6 +599,7 @@ def fit_distributed(
         "rounds": rnd,
         "steps_per_round": steps,
         "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
+        "merge": merge,  # where the workers' states were combined
         "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
         # the warm-up's wall time (making the slots included) and its slowest task
         "warm_s": warm_s[0],

@@ -18,8 +18,8 @@ The per-step updates are in :mod:`bigrate.linear._kernels`; sampling in
 Streaming protocol (public; the in-process fit, the distributed rounds of
 :mod:`bigrate.linear.distributed` and checkpoints all use it): ``start_stream(ds)`` gives
 a :class:`StreamPlan` and the initial :class:`SGDState` (w, b, lambda, t);
-:func:`steps_from` runs steps from a state on rows a sampler draws; :func:`merge_states`
-merges the states of several workers; ``record_epoch`` and ``finish_stream`` record the
+:func:`steps_from` runs steps from a state on rows a sampler draws; :class:`StateSum`
+and :func:`add_state_sums` merge the states of several workers; ``record_epoch`` and ``finish_stream`` record the
 history, set the fitted attributes and calibrate.
 """
 
@@ -177,19 +177,46 @@ def steps_from(
     return SGDState.from_kernel(v, state)
 
 
+@dataclass
+class StateSum:
+    """Workers' states summed, for their merge: the state every worker starts the
+    next round from is :meth:`mean`: the mean of the models (w, b), the geometric mean
+    of the multipliers (lambda stays positive and a worker with a tenfold multiplier
+    counts as much as one with a tenth of it) and the mean step count (every worker ran
+    the same number of steps from the same t). Sums, so that workers combine them
+    along a tree (:func:`add_state_sums`) and only the root divides."""
+
+    n: int
+    w: np.ndarray
+    b: float
+    log_lam: float
+    t: float
+
+    @classmethod
+    def of(cls, st: SGDState) -> StateSum:
+        return cls(1, np.array(st.w, dtype=np.float64), st.b, float(np.log(st.lam)),
+                   st.t)  # fmt: skip
+
+    def mean(self) -> SGDState:
+        n = self.n
+        return SGDState(self.w / n, self.b / n, float(np.exp(self.log_lam / n)),
+                        self.t / n)  # fmt: skip
+
+
+def add_state_sums(a: StateSum, b: StateSum) -> StateSum:
+    """``a`` + ``b`` (a new sum; ``a`` is not changed): the order of the additions is
+    the caller's, so a fixed tree gives the same bits wherever it runs."""
+    return StateSum(a.n + b.n, a.w + b.w, a.b + b.b, a.log_lam + b.log_lam, a.t + b.t)
+
+
 def merge_states(states: list[SGDState]) -> SGDState:
-    """The state every worker starts the next round from: the mean of the models
-    (w, b), the geometric mean of the multipliers (lambda stays positive and a worker
-    with a tenfold multiplier counts as much as one with a tenth of it) and the step
-    count (every worker ran the same number of steps from the same t)."""
+    """The merge of ``states`` (see :class:`StateSum`), summed in the order given."""
     if not states:
         raise ValueError("merge_states needs at least one state")
-    return SGDState(
-        np.mean([s.w for s in states], axis=0),
-        float(np.mean([s.b for s in states])),
-        float(np.exp(np.mean([np.log(s.lam) for s in states]))),
-        float(np.mean([s.t for s in states])),
-    )
+    total = StateSum.of(states[0])
+    for st in states[1:]:
+        total = add_state_sums(total, StateSum.of(st))
+    return total.mean()
 
 
 class _StochasticRateBase(RateClassifierMixin, BaseEstimator):

@@ -177,6 +177,7 @@ def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
             ckpt = {**_checkpoints(spec, run), "on_round": on_round}
         if ckpt.get("resume") is None:
             ckpt["workers"] = workers
+        ckpt["rounds_per_epoch"] = spec.rounds_per_epoch
     est = fit_on_engine(est, ds, eng, progress, **ckpt)
     if spec.path is not None:
         select_tau(spec, est, ds, progress, _say)

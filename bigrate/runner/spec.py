@@ -28,6 +28,9 @@ together as a :class:`JobSpecError`.
     worker_wait = 120              # seconds a cluster may be without a worker (at the
                                    # start, or after losing them all) before the job
                                    # gives up
+    rounds_per_epoch = "auto"      # SGD learners: how often an epoch the workers
+                                   # average their models (at least; "auto": 4, fewer
+                                   # where the rounds' fixed cost would dominate)
     [sweep]                        # kind = "sweep" only
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
@@ -74,6 +77,7 @@ _SCHEMA = {
         "workers": int,
         "timeout": (int, float),
         "worker_wait": (int, float),
+        "rounds_per_epoch": (int, str),
     },
     "sweep": {
         "grid": dict,
@@ -127,6 +131,7 @@ class JobSpec:
     workers: int | None = None
     timeout: float = 30.0
     worker_wait: float = 120.0
+    rounds_per_epoch: int | str = "auto"
     grid: dict = field(default_factory=dict)
     cv: int | str = "val"
     select: str = "J_val"
@@ -442,6 +447,12 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
     worker_wait = float(engine.get("worker_wait", 120.0))
     if not worker_wait > 0:
         problems.append(f"engine.worker_wait: must be > 0 seconds, got {worker_wait:g}")
+    per_epoch = engine.get("rounds_per_epoch", "auto")
+    if per_epoch != "auto" and not (isinstance(per_epoch, int) and per_epoch >= 1):
+        problems.append(
+            f'engine.rounds_per_epoch: must be "auto" or an integer >= 1, got '
+            f"{per_epoch!r}"
+        )
     ck_rounds = output.get("checkpoint_rounds", 20)
     if ck_rounds < 1:
         problems.append(f"output.checkpoint_rounds: must be >= 1, got {ck_rounds}")
@@ -547,6 +558,7 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         workers=workers,
         timeout=timeout,
         worker_wait=worker_wait,
+        rounds_per_epoch=per_epoch,
         grid=grid,
         cv=cv,
         select=select or "J_val",

@@ -154,3 +154,83 @@ def check_pinned(eng, kind, kill=None, settle=None):
             r[0] for r in remade
         }
         assert pool.kind == kind
+
+
+def tree_task(shared, k, n, scale):
+    """A leaf of an allreduce check: what it was given, where it ran, and a float
+    whose sums depend on their order; task 0 finishes last, the last task first."""
+    import os
+
+    time.sleep(0.05 * (n - 1 - k))
+    return {
+        "keys": [k],
+        "shared": [shared if not isinstance(shared, dict) else shared["x"]],
+        "leaf_pids": [os.getpid()],
+        "combine_pids": [],
+        "x": np.array([scale * (k + 1) ** 3 / 7.0, 1e16 if k == 1 else 0.1 * k]),
+    }
+
+
+def tree_combine(a, b):
+    """Not commutative: the keys record the order of the combinations."""
+    import os
+
+    return {
+        "keys": a["keys"] + b["keys"],
+        "shared": a["shared"] + b["shared"],
+        "leaf_pids": a["leaf_pids"] + b["leaf_pids"],
+        "combine_pids": a["combine_pids"] + b["combine_pids"] + [os.getpid()],
+        "x": a["x"] + b["x"],
+    }
+
+
+def check_allreduce(eng, n=5, on_workers=True):
+    """``Pinned.allreduce``: the tasks' results combined in the tree's fixed order
+    (the same keys and bits as ``tree_reduce`` here, whatever order they finished
+    in), on the workers (``on_workers``: no combination in this process), each task
+    given the shared object, and a second call's shared object the first's result,
+    broadcast from the workers."""
+    import os
+
+    from bigrate.engines.base import Reduced, tree_reduce
+
+    args = [(k, n, 3.0) for k in range(n)]
+    expect = tree_reduce([tree_task("s", *a) for a in args], tree_combine)
+    with eng.pinned() as pool:
+        first = pool.allreduce(tree_task, args, tree_combine, shared="s")
+        assert isinstance(first, Reduced)
+        got = first.value
+        assert got["keys"] == expect["keys"] != sorted(expect["keys"])
+        np.testing.assert_array_equal(got["x"], expect["x"])
+        assert got["shared"] == ["s"] * n
+        assert len(got["combine_pids"]) == n - 1
+        if on_workers:
+            assert os.getpid() not in got["combine_pids"] + got["leaf_pids"]
+            assert first.handle is not None
+        else:
+            assert set(got["combine_pids"]) == {os.getpid()}
+        # the next call gets the first result (from the workers where they have it)
+        first.value = dict(got, x=-1.0)  # what this process holds is not what is sent
+        second = pool.allreduce(tree_task, args, tree_combine, shared=first,
+                                slots=range(n)[::-1])  # fmt: skip
+        sent = second.value["shared"]
+        assert len(sent) == n and len({repr(s) for s in sent}) == 1
+        if on_workers:
+            np.testing.assert_array_equal(sent[0], got["x"])
+        else:
+            assert sent[0] == -1.0
+        with pytest_raises(TaskError, "task 3 fails"):
+            pool.allreduce(_fails_at_3, args, tree_combine, shared="s")
+        assert pool.fallbacks == 0
+
+
+def _fails_at_3(shared, k, n, scale):
+    if k == 3:
+        raise ValueError("task 3 fails")
+    return tree_task(shared, k, n, scale)
+
+
+def pytest_raises(exc, match):
+    import pytest
+
+    return pytest.raises(exc, match=match)

@@ -4,6 +4,7 @@ from bigrate.engines.local import LocalEngine
 from bigrate.model_selection.sweep import run_sweep
 from bigrate.rundir import MemoryStore
 from tests.engines.batching import (
+    check_allreduce,
     check_map_dynamic,
     check_map_guided,
     check_pinned,
@@ -20,6 +21,7 @@ def test_local_engine_pinned_pool_runs_in_this_process():
     import os
 
     check_pinned(LocalEngine(), "tasks")
+    check_allreduce(LocalEngine(), on_workers=False)
     with LocalEngine().pinned() as pool:
         assert pool.run(os.getpid, [()]) == [os.getpid()]
 

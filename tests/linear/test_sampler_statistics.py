@@ -172,7 +172,7 @@ def test_distributed_rounds_are_balanced_on_dask(shards):
         rec = _Recording(eng)
         fit_distributed(NeymanPearsonSGD(rho=0.1, epochs=4, random_state=0, calibrate=None), shards,
                         rec, progress=False)  # fmt: skip
-    stats = sum(r["stats"] for _, results in rec.rounds for r in results)
+    stats = sum(total.stats for _, _, total in rec.rounds)
     n_neg, n_pos = int(stats[0]), int(stats[3])
     assert n_neg + n_pos == 4 * 2 * N_NEG  # 4 epochs of 2 max(n+, n-) steps
     assert _within(n_pos, n_pos + n_neg, 0.5), (n_pos, n_neg)

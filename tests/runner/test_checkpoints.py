@@ -27,6 +27,7 @@ estimator = "NeymanPearsonSGD"
 params = {{ rho = 0.05, epochs = {epochs} }}
 [engine]
 name = "{engine}"
+rounds_per_epoch = 4  # rounds enough to stop or lose a worker in
 workers = 2
 [output]
 dir = "{out}"
@@ -156,5 +157,6 @@ def test_a_signal_to_the_process_group_interrupts_a_dask_job_cleanly(
     assert snap.round < 16 and snap.schedule["workers"] == 2
     run_cli("resume", run, check=True)
     whole = NeymanPearsonSGD(rho=0.05, epochs=4, random_state=0)
-    fit_distributed(whole, synth, LocalEngine(), workers=2, progress=False)
+    fit_distributed(whole, synth, LocalEngine(), workers=2, progress=False,
+                    rounds_per_epoch=4)  # fmt: skip
     same_model(load_model(run / "model"), whole)

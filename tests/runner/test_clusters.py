@@ -244,12 +244,14 @@ def test_embedded_ray_binds_loopback_and_maps():
         errs = dict(eng.map(_boom, [(1,)]))
         assert "ZeroDivisionError" in str(errs[0])
         from tests.engines.batching import (
+            check_allreduce,
             check_map_dynamic,
             check_map_guided,
             check_pinned,
             check_sweep_batches_short_tasks,
         )
 
+        check_allreduce(eng)
         check_map_dynamic(eng)
         check_map_guided(eng)
         check_sweep_batches_short_tasks(eng)

@@ -31,6 +31,7 @@ estimator = "NeymanPearsonSGD"
 params = {{ rho = 0.05, epochs = {epochs} {extra} }}
 [engine]
 name = "{engine}"
+rounds_per_epoch = 4  # rounds enough to stop or lose a worker in
 [output]
 dir = "{out}"
 """
@@ -112,6 +113,7 @@ grid = {{ {grid} }}
 cv = {cv}
 [engine]
 name = "{engine}"
+rounds_per_epoch = 4  # rounds enough to stop or lose a worker in
 [output]
 dir = "{out}"
 """

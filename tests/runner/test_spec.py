@@ -155,8 +155,12 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         [engine]
         name = "dask"
         address = "10.0.0.1:8786"
+        rounds_per_epoch = 0
         """,
-            ["engine.address: a Dask scheduler address looks like tcp://host:8786"],
+            [
+                "engine.address: a Dask scheduler address looks like tcp://host:8786",
+                'engine.rounds_per_epoch: must be "auto" or an integer >= 1, got 0',
+            ],
         ),
         (
             """

@@ -166,6 +166,7 @@ estimator = "NeymanPearsonSGD"
 params = {{ rho = 0.05, epochs = {epochs}, calibrate = "umbrella" }}
 [engine]
 name = "{engine}"
+rounds_per_epoch = 4  # rounds enough to stop or lose a worker in
 [output]
 dir = "{out}"
 checkpoint_rounds = {every}
@@ -210,7 +211,8 @@ def reference(data, epochs: int) -> tuple:
         rho=0.05, epochs=epochs, calibrate="umbrella", random_state=0
     )
     ds = ShardedDataset(data)
-    fit_distributed(est, ds, LocalEngine(), workers=2, progress=False)
+    fit_distributed(est, ds, LocalEngine(), workers=2, progress=False,
+                    rounds_per_epoch=4)  # fmt: skip
     metrics = json.loads(json.dumps(evaluate_model(est, ds, ds.splits)))
     return est, metrics
 
