@@ -207,31 +207,106 @@ def bench_blockq(out: Path, seeds: int = 3) -> dict:
     return res
 
 
+def _hop_leaf(start, d, k):
+    """A round task with no steps: a state of ``d`` floats from the start."""
+    from bigrate.linear.distributed import RoundSum
+    from bigrate.linear.sgd import StateSum
+
+    w = start.start().w if isinstance(start, RoundSum) else start
+    return RoundSum(StateSum(1, w + k, 0.0, 0.0, 0.0), np.zeros(6), 1, 0.0, 0.0,
+                    np.zeros(4))  # fmt: skip
+
+
+def _bump(x):
+    return x + 1.0
+
+
+def _round_overheads(engine: str, d: int, sizes=(1, 2, 4, 8, 16), rounds=25) -> dict:
+    """Measured on real worker processes on 127.0.0.1: a round of tasks with no steps
+    (a state of ``d`` float64 out and back), combined in the driver and on the
+    workers, at each worker count (medians of ``rounds`` rounds after 5), and one
+    worker-to-worker hop of that state (a chain of 20 tasks alternating between two
+    workers; 8 bytes too)."""
+    from bigrate.engines import open_engine
+    from bigrate.linear.distributed import combine_rounds
+
+    kw = {"dashboard": False} if engine == "dask" else {}
+    out: dict = {"rounds": {}}
+    for w in sizes:
+        eng = open_engine(engine, n_workers=w, **kw)
+        try:
+            row = {}
+            with eng.pinned() as pool:
+                for on in ("driver", "workers"):
+                    shared, ts = np.zeros(d), []
+                    for _ in range(rounds + 5):
+                        t = time.perf_counter()
+                        red = pool.allreduce(_hop_leaf, [(d, k) for k in range(w)],
+                                             combine_rounds, shared=shared, on=on)  # fmt: skip
+                        ts.append(time.perf_counter() - t)
+                        shared = red
+                    row[on] = float(np.median(ts[5:]))
+                if w == 2:
+                    for size in (1, d):
+                        hops = []
+                        for _ in range(5):
+                            x, t = _chain(eng, pool, size)
+                            hops.append(t)
+                        out[f"hop_{size * 8}_bytes_s"] = float(np.median(hops))
+            out["rounds"][w] = row
+            print(engine, w, "workers: a round's overhead", row, flush=True)
+        finally:
+            eng.close()
+    return out
+
+
+def _chain(eng, pool, size: int, n: int = 20):
+    """Seconds a hop of ``size`` floats between the pool's two workers takes."""
+    slots = pool._slots
+    if eng.name == "dask":
+        c = eng.client
+        x = c.scatter(np.zeros(size), workers=[slots[0].worker])
+        t = time.perf_counter()
+        for i in range(n):
+            x = c.submit(_bump, x, workers=[slots[(i + 1) % 2].worker],
+                         allow_other_workers=False, pure=False)  # fmt: skip
+        x.result()
+    else:
+        import ray
+
+        x = ray.put(np.zeros(size))
+        t = time.perf_counter()
+        for i in range(n):
+            x = slots[(i + 1) % 2][0].apply.remote(_bump, x)
+        ray.get(x)
+    return x, (time.perf_counter() - t) / n
+
+
 def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") -> dict:
     """2 Dask (or Ray) workers vs 1 (median of ``repeats`` fits each, interleaved, one
-    cluster at a time), where a round's time goes (``engine_``: tasks, communication
-    and scheduling, merge), and a model of the round at 8, 32 and 128 workers from those
-    figures, with the merge and the state's serialisation measured here at those
-    sizes."""
-    import pickle
-
+    cluster at a time), where a round's time goes (``engine_``), the rounds' overhead
+    measured on 1-16 real worker processes (combined in the driver and on the
+    workers) and a worker-to-worker hop, and a model of an epoch at 2-128 workers
+    built from those measurements, checked against the measured 2-worker speed-up."""
     from bigrate import NeymanPearsonSGD, ShardedDataset
     from bigrate.engines import open_engine
+    from bigrate.engines.base import tree_children
     from bigrate.linear import fit_distributed
-    from bigrate.linear.sgd import SGDState, merge_states
+    from bigrate.linear.distributed import (
+        RoundSum,
+        auto_rounds_per_epoch,
+        combine_rounds,
+    )
+    from bigrate.linear.sgd import StateSum
 
     path = _synth(out, rows)
     ds = ShardedDataset(path)
     res = {"rows": rows, "cores": os.cpu_count(), "repeats": repeats, "engine": engine}
     kw = {"dashboard": False} if engine == "dask" else {}
     # One cluster at a time, as a user runs one: a second, idle cluster alive beside
-    # the measured one (its worker, scheduler and nanny wake up to heartbeat and
-    # monitor) takes CPU from a 2-worker fit that keeps both cores busy, and not from
-    # a 1-worker fit that leaves one free. Each repeat starts the cluster, warms it with
-    # the very fit it then times (compiled kernels loaded, and every row group that fit
-    # reads in the workers' caches: a worker's rounds visit its row groups in a seeded
-    # order per epoch, so a 1-epoch warm-up left some of the second epoch's unread),
-    # fits, closes it.
+    # the measured one takes CPU from a 2-worker fit, which keeps both cores busy.
+    # Each repeat starts the cluster, warms it with the very fit it then times
+    # (kernels loaded, the row groups in the workers' caches), fits, closes it.
     fits: dict = {1: [], 2: []}
     for _ in range(repeats):
         for n in (1, 2):
@@ -255,56 +330,87 @@ def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") ->
         res[f"workers_{n}_test_pfa"] = m.score_confusion(ds, split="test").pfa
         res[f"workers_{n}_round"] = {k: v for k, v in m.engine_.items() if k != "name"}
     res["speedup_2_vs_1"] = res["workers_1_s"] / res["workers_2_s"]
-    # the driver's share at W workers, measured: merging W states and (un)pickling them
-    d = res["workers_2_round"]["state_bytes"] // 8 - 3
-    rng = np.random.default_rng(0)
-    per_w: dict = {}
-    for w in (1, 2, 8, 32, 128):
-        states = [SGDState(rng.normal(size=d), 0.1, 1.0, 1e6) for _ in range(w)]
-        t = time.perf_counter()
-        for _ in range(5):
-            merge_states(states)
-        merge = (time.perf_counter() - t) / 5
-        t = time.perf_counter()
-        for st in states:
-            pickle.loads(pickle.dumps(st))
-        ser = 2 * (time.perf_counter() - t)  # the state out and back
-        per_w[w] = {"merge_s": merge, "serialise_s": ser}
-    # the model, per epoch at W workers (the schedule of fit_distributed: rounds =
-    # max(4, ceil(E / (W * 2 buffer_rows))) rounds of ceil(E / (W rounds)) steps a
-    # worker): a round = a task (the 1-worker time a step, reading and decoding
-    # included, times its steps: one core a worker, no contention) + scheduling (the
-    # 2-worker figure, loopback) + the state to and from every worker through the
-    # driver's link + (un)pickling + merge, all measured above
     r1, r2 = res["workers_1_round"], res["workers_2_round"]
-    per_step = r1["round_mean_task_s"] / r1["steps_per_round"]
-    per_epoch = r1["steps_per_round"] * r1["rounds"] // 2  # 2 epochs were fitted
+    d = r2["state_bytes"] // 8 - 3
+    # the merge of two states, in one process (a node of the tree, or one more state
+    # for the driver), and the round overheads on real processes
+    a = RoundSum(StateSum(1, np.ones(d), 0, 0, 0), np.zeros(6), 1, 0, 0, np.zeros(4))
+    t = time.perf_counter()
+    for _ in range(50):
+        combine_rounds(a, a)
+    res["combine_s"] = (time.perf_counter() - t) / 50
+    meas = _round_overheads(engine, d)
+    res["measured_overheads"] = meas
+    # The model of an epoch at W workers. Compute: steps of a task (the schedule of
+    # fit_distributed, rounds_per_epoch "auto") times the cost of a step measured in
+    # the 2-worker fits (1-worker fit for W = 1), times the slowest task over the
+    # mean (2-worker fits). Overhead a round, from the measurements on 1 and 2 worker
+    # processes (more processes than the 2 cores here measure the cores' contention,
+    # not a cluster's, and are shown beside the model, not fitted):
+    #   in the driver: the 1-worker round + (W - 1) x (the 2-worker round - the
+    #     1-worker round: one more state out, back and merged);
+    #   on the workers: the 1-worker round + 2 (depth - 1) hops (up and down the
+    #     tree) + (W - 1) x the tasks' cost to whoever places them (the 2-worker
+    #     tree round less the 1-worker round and two hops, per worker).
+    # The engine's rule picks where (tree_min_workers); "best" takes the cheaper.
+    o1 = meas["rounds"][1]["driver"]
+    o2d = meas["rounds"][2]["driver"]
+    o2t = meas["rounds"][2]["workers"]
+    hop = meas[f"hop_{d * 8}_bytes_s"]
+    per_state = max(o2d - o1, 0.0)
+    per_task = max(o2t - o1 - 2 * hop, 0.0)
+    step = {1: r1["round_mean_task_s"] / r1["steps_per_round"],
+            2: r2["round_mean_task_s"] / r2["steps_per_round"]}  # fmt: skip
+    imbalance = r2["round_slowest_task_s"] / r2["round_mean_task_s"]
     cap = 2 * NeymanPearsonSGD().buffer_rows
-    link = 1.25e9  # bytes/s: a 10 Gbit/s link at the driver
-    model = {}
-    for w in (1, 2, 8, 32, 128):
-        rounds = max(4, math.ceil(per_epoch / (w * cap)))
-        steps = math.ceil(per_epoch / (w * rounds))
-        task = per_step * steps
-        comm = 2 * w * r2["state_bytes"] / link
-        drv = per_w[w]["merge_s"] + per_w[w]["serialise_s"]
-        rnd = task + r2["round_comm_sched_s"] + comm + drv
-        model[w] = {
-            "rounds_per_epoch": rounds,
-            "steps_per_task": steps,
-            "task_s": task,
-            "sched_s": r2["round_comm_sched_s"],
-            "transfer_s": comm,
-            "driver_merge_serialise_s": drv,
-            "round_s": rnd,
-            "epoch_s": rounds * rnd,
-            "communication_share": (r2["round_comm_sched_s"] + comm + drv) / rnd,
-        }
-    for w in model:
-        model[w]["speedup_vs_1"] = model[1]["epoch_s"] / model[w]["epoch_s"]
-    res["per_step_s"] = per_step
-    res["driver_costs_by_workers"] = per_w
-    res["model_by_workers"] = model
+    per_epoch = r1["steps_per_round"] * r1["rounds"] // 2  # 2 epochs were fitted
+    from bigrate.engines.dask import DaskEngine
+    from bigrate.engines.ray import RayEngine
+
+    tree_min = (DaskEngine if engine == "dask" else RayEngine).tree_min_workers
+
+    def depth(w):
+        lv, frontier = 1, [0]
+        while True:
+            frontier = [c for i in frontier for c in tree_children(i, w)]
+            if not frontier:
+                return lv
+            lv += 1
+
+    def model(w, epoch_steps):
+        rounds = max(auto_rounds_per_epoch(epoch_steps, w),
+                     math.ceil(epoch_steps / (w * cap)))  # fmt: skip
+        steps = math.ceil(epoch_steps / (w * rounds))
+        task = step[1 if w == 1 else 2] * steps * (imbalance if w > 1 else 1.0)
+        drv = o1 + (w - 1) * per_state
+        tree = o1 + 2 * (depth(w) - 1) * hop + (w - 1) * per_task
+        rule = tree if w >= tree_min else drv
+        out = {"rounds_per_epoch": rounds, "steps_per_task": steps, "task_s": task,
+               "overhead_driver_s": drv, "overhead_tree_s": tree,
+               "merge": "workers" if w >= tree_min else "driver"}  # fmt: skip
+        for name, o in (("rule", rule), ("best", min(drv, tree))):
+            out[f"epoch_{name}_s"] = rounds * (task + o)
+            out[f"comm_share_{name}"] = o / (task + o)
+        return out
+
+    for label, scale in (("rcv1", 1), ("x100", 100)):
+        tab = {w: model(w, per_epoch * scale) for w in (1, 2, 4, 8, 16, 32, 128)}
+        for w in tab:
+            for name in ("rule", "best"):
+                tab[w][f"speedup_{name}"] = (
+                    tab[1][f"epoch_{name}_s"] / tab[w][f"epoch_{name}_s"]
+                )
+        res[f"model_{label}"] = tab
+    pred2 = res["model_rcv1"][2]["speedup_rule"]
+    res["model_2_vs_measured"] = pred2 / res["speedup_2_vs_1"]
+    res.update(per_step_s=step, imbalance=imbalance, hop_s=hop,
+               per_state_s=per_state, per_task_s=per_task, round_1_s=o1)  # fmt: skip
+    print(json.dumps({k: v for k, v in res.items() if k.startswith(("model_2",
+          "speedup", "hop", "per_", "round_1"))}, indent=1), flush=True)  # fmt: skip
+    for label in ("rcv1", "x100"):
+        for w, row in res[f"model_{label}"].items():
+            print(label, w, {k: round(v, 4) if isinstance(v, float) else v
+                             for k, v in row.items()}, flush=True)  # fmt: skip
     _save(out, "sgd_scale" if engine == "dask" else f"sgd_scale_{engine}", res)
     return res
 
