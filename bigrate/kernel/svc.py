@@ -43,6 +43,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
 from bigrate.metrics import (
+    auto_calibration_fraction,
     np_quantile_threshold,
     np_threshold,
     np_umbrella_order,
@@ -235,7 +236,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
         the "quantile" one with a warning (:func:`bigrate.metrics.np_threshold`); None:
         no hold-out, the training constraint only. ``guarantee_`` says which a fit
         got.
-    calibration_fraction : float in (0, 1), default 0.3
+    calibration_fraction : "auto" or float in (0, 1), default "auto"
+        The share of the negatives held out. "auto": 0.3, or what the umbrella
+        threshold needs where at most 60% of them give it
+        (:func:`bigrate.metrics.auto_calibration_fraction`); ``calibration_fraction_``
+        says what a fit used.
     delta : float in (0, 1), default 0.05
     warm_start : bool, default False
         When refitted on the same data (same rows, labels and kernel) after a change of
@@ -292,7 +297,10 @@ class NeymanPearsonSVC(_KernelSVCBase):
         "epsilon": [Interval(Real, 0, 1, closed="left")],
         "smo_max_iter": [Interval(Integral, 1, None, closed="left")],
         "calibrate": [StrOptions({"auto", "quantile", "umbrella"}), None],
-        "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "calibration_fraction": [
+            StrOptions({"auto"}),
+            Interval(Real, 0, 1, closed="neither"),
+        ],
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "warm_start": ["boolean"],
         "random_state": ["random_state"],
@@ -317,7 +325,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         smo_max_iter=1_000_000,
         cache_mb=200.0,
         calibrate="auto",
-        calibration_fraction=0.3,
+        calibration_fraction="auto",
         delta=0.05,
         random_state=None,
         warm_start=False,
@@ -382,7 +390,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
         t0 = time.perf_counter()
         X, yy = self._data(X, y)
         neg = np.flatnonzero(yy < 0)
-        m = int(round(self.calibration_fraction * len(neg)))
+        frac = self.calibration_fraction
+        if frac == "auto":  # exactly m held out: no spare needed
+            frac = auto_calibration_fraction(len(neg), self.rho, self.delta)
+        self.calibration_fraction_ = float(frac) if self.calibrate else 0.0
+        m = int(round(frac * len(neg)))
         calibrate = self.calibrate
         if calibrate == "auto" and (m < 1 or m >= len(neg)):
             calibrate = None  # too few negatives to hold any out: said below

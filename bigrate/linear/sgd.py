@@ -48,7 +48,12 @@ from bigrate.linear.sampler import (
     steps_per_epoch,
 )
 from bigrate.losses import loss_code
-from bigrate.metrics import Confusion, np_threshold, np_umbrella_threshold
+from bigrate.metrics import (
+    Confusion,
+    auto_calibration_fraction,
+    np_threshold,
+    np_umbrella_threshold,
+)
 
 
 @dataclass(frozen=True)
@@ -423,7 +428,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
                 f"{ds.path} has {ds.n_features}"
             )
         counts = ds.class_counts(self.split)
-        frac = self._holdout_fraction()
+        frac = self._holdout_fraction(counts["neg"])
         n_pos = counts["pos"]
         n_neg = int(round(counts["neg"] * (1 - frac)))
         # mean squared row norm from the first row group of each class
@@ -525,11 +530,12 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         pass
 
     # ---------------------------------------------------------------- calibration
-    def _holdout_fraction(self) -> float:
+    def _holdout_fraction(self, n_neg: int) -> float:
+        """The share of the ``n_neg`` negatives held out to calibrate (none here)."""
         return 0.0
 
     def _holdout_rows(self, rid, y):
-        frac = self._holdout_fraction()
+        frac = self._holdout_fraction(int((y < 0).sum()))
         if frac <= 0:
             return None
         return holdout_mask(rid, frac, self._seed_int()) & (y < 0)
@@ -640,7 +646,11 @@ class NeymanPearsonSGD(_StochasticRateBase):
         Pfa is <= rho on average (a warning says so). "umbrella": the umbrella
         threshold or an error if too few. None: no hold-out; the training constraint
         only.
-    calibration_fraction : float in (0, 1), default 0.3
+    calibration_fraction : "auto" or float in (0, 1), default "auto"
+        The share of the negatives held out to calibrate. "auto": 0.3, or more where
+        that is what the umbrella threshold needs (at most 0.6; e.g. about 74 of 160
+        negatives at rho 0.05), as nproc holds out half; ``calibration_fraction_``
+        says what a fit used.
     delta : float in (0, 1), default 0.05
     fit_intercept, warm_start : bool
     batch_rows, buffer_rows : int
@@ -703,7 +713,10 @@ class NeymanPearsonSGD(_StochasticRateBase):
         "rho": [Interval(Real, 0, 1, closed="neither")],
         "balanced": ["boolean"],
         "calibrate": [StrOptions({"auto", "umbrella"}), None],
-        "calibration_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "calibration_fraction": [
+            StrOptions({"auto"}),
+            Interval(Real, 0, 1, closed="neither"),
+        ],
         "delta": [Interval(Real, 0, 1, closed="neither")],
     }
 
@@ -720,7 +733,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         epochs=10,
         balanced=True,
         calibrate="auto",
-        calibration_fraction=0.3,
+        calibration_fraction="auto",
         delta=0.05,
         fit_intercept=True,
         warm_start=False,
@@ -758,8 +771,20 @@ class NeymanPearsonSGD(_StochasticRateBase):
     def _target(self) -> float:
         return float(self.rho)
 
-    def _holdout_fraction(self) -> float:
-        return float(self.calibration_fraction) if self.calibrate else 0.0
+    def _holdout_fraction(self, n_neg: int) -> float:
+        """``calibration_fraction``; "auto": 0.3, raised to hold out enough of the
+        ``n_neg`` negatives for the umbrella threshold (log(delta) / log(1 - rho) of
+        them, with two binomial standard deviations to spare, since each negative is
+        held out at random) where at most 60% of them do; else 0.3 (the expected-Pfa
+        threshold, with a warning). Recorded as ``calibration_fraction_``."""
+        if not self.calibrate:
+            frac = 0.0
+        elif self.calibration_fraction != "auto":
+            frac = float(self.calibration_fraction)
+        else:
+            frac = auto_calibration_fraction(n_neg, self.rho, self.delta, spare=2.0)
+        self.calibration_fraction_ = frac
+        return frac
 
     def _uncalibrated(self) -> None:
         self.guarantee_ = {

@@ -19,6 +19,7 @@ from scipy.stats import binom
 
 __all__ = [
     "Confusion",
+    "auto_calibration_fraction",
     "evaluate_stream",
     "j_val",
     "np_umbrella_order",
@@ -207,6 +208,19 @@ def np_quantile_threshold(neg_scores, rho: float, *, expected: bool = True) -> f
     else:
         k = int(math.floor(rho * m + 1e-9))  # false alarms allowed
     return float(s[k]) if k < m else float(-np.inf)
+
+
+def auto_calibration_fraction(
+    n_neg: int, rho: float, delta: float = 0.05, spare: float = 0.0
+) -> float:
+    """The share of ``n_neg`` negatives an NP fit holds out to calibrate by default:
+    0.3, raised to what the umbrella threshold needs (log(delta) / log(1 - rho)
+    held-out negatives, plus ``spare`` binomial standard deviations where each
+    negative is held out at random) where at most 60% of them do; else 0.3 (then the
+    expected-Pfa threshold, with a warning). nproc holds out half of class 0."""
+    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    want = (need + spare * math.sqrt(need)) / max(n_neg, 1)
+    return max(0.3, want) if want <= 0.6 else 0.3
 
 
 def np_threshold(neg_scores, rho: float, delta: float = 0.05) -> tuple:

@@ -49,6 +49,30 @@ def test_np_sgd_holds_pfa_on_new_data_by_default(fits):
     assert pfa.mean() < RHO  # and not by luck: the threshold sits below rho
 
 
+def test_np_sgd_holds_pfa_on_a_small_set_by_holding_out_enough_negatives():
+    """150 negatives, rho 0.05: 30% of them (45) are too few for the umbrella (59), so
+    the default holds out as many as it needs (about half, as nproc does) and keeps the
+    promise; a fixed 30% gets the expected-Pfa rule, which breaks it far more often."""
+    rng = np.random.default_rng(3)
+    fits, rho = 200, 0.05
+    pfa = {"auto": [], 0.3: []}
+    for k in range(fits):
+        X, y = draw(rng, 300)
+        for frac in pfa:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", BigrateWarning)
+                est = NeymanPearsonSGD(rho=rho, calibration_fraction=frac,
+                                       random_state=k).fit(X, y)  # fmt: skip
+            if frac == "auto":
+                assert est.guarantee_["kind"] == "umbrella", est.guarantee_
+                assert 0.4 < est.calibration_fraction_ <= 0.6
+            w, b = est.coef_.ravel(), est.intercept_[0]
+            pfa[frac].append(norm.cdf(b / np.linalg.norm(w)))
+    violations = {f: int(np.sum(np.array(p) > rho)) for f, p in pfa.items()}
+    assert violations["auto"] <= worst_allowed(fits), violations
+    assert violations[0.3] > worst_allowed(fits), violations  # the test can tell
+
+
 def test_np_svc_holds_pfa_on_new_data_by_default():
     rng = np.random.default_rng(1)
     fresh = rng.standard_normal((20_000, len(MU)))  # new negatives
@@ -80,6 +104,12 @@ def test_the_fit_says_which_guarantee_it_got():
         with pytest.warns(Warning, match=r"held-out negatives, fewer than the 59"):
             small = cls(rho=0.05, random_state=0).fit(X[:150], y[:150])
         assert small.guarantee_["kind"] == "expected"
+        # enough for the umbrella only if more than 30% are held out: held out
+        mid = cls(rho=0.05, random_state=0).fit(X[:300], y[:300])
+        assert mid.guarantee_["kind"] == "umbrella" and mid.guarantee_[
+            "n_calibration"
+        ] >= 59, mid.guarantee_
+        assert 0.3 < mid.calibration_fraction_ <= 0.6
         # none at all: what it says, without a warning
         with warnings.catch_warnings():
             warnings.simplefilter("error")
