@@ -106,9 +106,10 @@ def test_the_fit_says_which_guarantee_it_got():
         assert small.guarantee_["kind"] == "expected"
         # enough for the umbrella only if more than 30% are held out: held out
         mid = cls(rho=0.05, random_state=0).fit(X[:300], y[:300])
-        assert mid.guarantee_["kind"] == "umbrella" and mid.guarantee_[
-            "n_calibration"
-        ] >= 59, mid.guarantee_
+        assert (
+            mid.guarantee_["kind"] == "umbrella"
+            and mid.guarantee_["n_calibration"] >= 59
+        ), mid.guarantee_
         assert 0.3 < mid.calibration_fraction_ <= 0.6
         # none at all: what it says, without a warning
         with warnings.catch_warnings():
