@@ -173,13 +173,18 @@ checkpoint_rounds = {every}
 """
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def prep_data(tmp_path_factory):
+    """The jobs' data: 24,000 synthetic rows in row groups of 2,048."""
     from bigrate.data.prep import prep_synth
 
     d = tmp_path_factory.mktemp("wl") / "syn"
     prep_synth(d, rows=24_000, features=800, row_group_size=2048, progress=False)
     return d
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prep_data(tmp_path_factory)
 
 
 def run_job(tmp_path, data, engine, address, name="runs"):
@@ -267,23 +272,6 @@ def test_dask_worker_lost_at_every_phase(tmp_path, data, dask_faulty, phase):
 # ------------------------------------------------------------------------------- Ray
 
 
-@pytest.fixture(scope="module")
-def ray_faulty(tmp_path_factory, data, short_tmp):
-    d = tmp_path_factory.mktemp("ray-faults")
-    fault_file = d / "fault"
-    address, head = start_ray(fault_file, short_tmp / "faults")
-    try:
-        yield address, fault_file
-    finally:
-        stop_group(head, grace=3)
-
-
-@pytest.mark.parametrize("phase", list(PHASES))
-def test_ray_worker_lost_at_every_phase(tmp_path, data, ray_faulty, phase):
-    address, fault_file = ray_faulty
-    check_phase(tmp_path, data, "ray", address, fault_file, phase)
-
-
 # ------------------------------------------------------- a lost scheduler or head
 
 
@@ -355,27 +343,3 @@ def test_lost_dask_scheduler_says_how_to_resume(tmp_path, data):
     finally:
         for p in procs:
             stop_group(p)
-
-
-def test_lost_ray_head_says_how_to_resume(tmp_path, data, short_tmp):
-    fault_file = tmp_path / "nofault"
-    short = short_tmp / "lost"
-    address, head = start_ray(fault_file, short / "1")
-    procs = [head]
-    try:
-
-        def kill():
-            os.killpg(head.pid, signal.SIGKILL)
-
-        def restart():
-            new, h2 = start_ray(fault_file, short / "2")
-            procs.append(h2)
-            return new
-
-        check_cluster_lost(tmp_path, data, "ray", address, kill, restart, "Ray head")
-    finally:
-        for p in procs:
-            stop_group(p, grace=2)
-        import shutil
-
-        shutil.rmtree(short, ignore_errors=True)
