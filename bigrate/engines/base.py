@@ -33,6 +33,7 @@ through :meth:`Engine.notice`, and again at doubling intervals.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import time
@@ -768,10 +769,8 @@ class Pinned:
         if on not in ("workers", "driver"):
             raise ValueError(f"on must be 'workers' or 'driver', got {on!r}")
         if on == "driver" or not self._ready():
-            value = shared_value(shared)
-            results = self.run(tree_leaf, [(fn, value, a) for a in args_list],
-                               slots=slots, retries=retries, what=what)  # fmt: skip
-            return Reduced(tree_reduce(results, combine))
+            run = functools.partial(self.run, slots=slots)
+            return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
         slots = list(range(len(args_list)) if slots is None else slots)
         got = self._tree(fn, args_list, combine, shared, slots, what)
         if isinstance(got, Reduced):
@@ -781,11 +780,15 @@ class Pinned:
             self.fallbacks += len(args_list)
             self._drop(lost=True)  # made again on the workers there are, next call
         # LOST, or FAILED: run here, where an exception raises its TaskError
-        return self._reduce_here(fn, args_list, combine, shared, retries, what)
+        run = self.engine.run
+        return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
 
-    def _reduce_here(self, fn, args_list, combine, shared, retries, what) -> Reduced:
+    @staticmethod
+    def _reduce_here(run, fn, args_list, combine, shared, retries, what) -> Reduced:
+        """The tasks run by ``run`` (this pool's :meth:`run`, or the engine's plain
+        tasks), their results combined along the tree in this process."""
         value = shared_value(shared)
-        results = self.engine.run(
+        results = run(
             tree_leaf, [(fn, value, a) for a in args_list], retries=retries, what=what
         )
         return Reduced(tree_reduce(results, combine))
