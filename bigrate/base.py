@@ -53,12 +53,24 @@ class RateClassifierMixin(ClassifierMixin):
     the rate it promises to hold on new data ("rho": a false-alarm rate, "q": a
     q-value; None: no rate), and ``_sweep_select``, the metric its sweeps select by by
     default (a key of :data:`bigrate.metrics.SELECT`).
+
+    What it can do as a job, read by the job runner (:mod:`bigrate.runner.registry`)
+    instead of a list of names: ``_job_fit``, how a job fits it ("task": one engine
+    task on the train split; "rounds": it streams, by the checkpointed distributed
+    rounds of :func:`bigrate.linear.fit_distributed`, and has ``start_stream``;
+    "search": BPSP's tasks, each saved as it finishes; "sweep": its job is a sweep of
+    the estimator it searches), ``_job_data``, what its fit is given ("shards": the
+    ShardedDataset; "sparse": the split as CSR; "dense") and ``_job_kinds``, the job
+    kinds it runs.
     """
 
     _accepts_sparse = True
     _persist_private: tuple = ()
     _rate_target: str | None = None
     _sweep_select: str = "error_rate"
+    _job_fit: str = "task"
+    _job_data: str = "sparse"
+    _job_kinds: tuple = ("train", "sweep", "evaluate")
 
     def rate_target(self) -> dict:
         """The rate this estimator promises, as keyword arguments of

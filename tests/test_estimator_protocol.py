@@ -168,6 +168,11 @@ def test_every_exported_estimator_is_a_job():
         assert cls is getattr(bigrate, name)
         assert cls._sweep_select in SELECT
         assert e.fit in ("rounds", "task", "search", "sweep")
+        assert e.data in ("shards", "sparse", "dense")
+        assert set(e.kinds) <= {"train", "sweep", "evaluate"}
+        # what a job does with it follows from what the class can do
+        assert (e.fit == "rounds") == hasattr(cls, "start_stream")
+        assert (e.fit == "search") == hasattr(cls, "assemble")
         if cls._rate_target is not None:
             assert cls._rate_target in cls().get_params()
     targets = {type(est).__name__: est.rate_target() for est in _instances()}

@@ -397,6 +397,9 @@ class RateConstrainedClassifier(RateClassifierMixin, BaseEstimator):
     True
     """
 
+    _job_data = "shards"
+    _job_kinds = ("train", "evaluate")
+
     _parameter_constraints: dict = {
         "objective": [Expr, None],
         "constraints": [list, None],

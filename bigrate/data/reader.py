@@ -244,6 +244,8 @@ class ShardedDataset:
                 path=mpath,
             )
         self.manifest = manifest
+        #: the manifest's bytes hashed: which commit of the dataset this handle reads
+        self.manifest_sha256 = hashlib.sha256(raw).hexdigest()
         self.n_features = int(manifest["n_features"])
         self.splits = tuple(manifest["splits"])
         self.has_group = bool(manifest.get("has_group", False))

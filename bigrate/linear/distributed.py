@@ -58,6 +58,7 @@ from bigrate.progress import Progress
 
 __all__ = [
     "RoundSum",
+    "RoundTask",
     "Snapshot",
     "combine_rounds",
     "auto_rounds_per_epoch",
@@ -140,42 +141,78 @@ def load_snapshot(path) -> Snapshot:
     )
 
 
-def sgd_round(
-    dataset_path: str,
-    units: list,
-    cfg: KernelConfig,
-    state: SGDState,
-    steps: int,
-    seed,
-    buffer_rows: int,
-    batch_rows: int,
-    holdout,
-    cache_mb: float = 0.0,
-    shuffle_block: int = 1,
-    cached: tuple = ("pos", "neg"),
-) -> dict:
-    """One worker's share of a round: ``steps`` steps from ``state`` over its own
-    row-group ``units``, read from ``dataset_path`` where the task runs (decoded row
-    groups of the classes ``cached`` are kept in a per-process cache of ``cache_mb``
-    MiB across rounds)."""
+@dataclass(frozen=True)
+class RoundTask:
+    """One worker's share of one round, as the driver sends it: where the dataset is
+    (``dataset``: a path, URL or :class:`~bigrate.data.reader.DatasetRef`, and
+    ``manifest_sha256``, the manifest the fit was planned on), the row-group
+    ``units`` it reads, the kernel configuration, how many ``steps`` it runs with
+    which ``seed``, the plan's reading settings, the decoded row groups a worker keeps
+    across rounds (``cache_mb``, of the classes ``cached``) and the calibration
+    ``holdout`` the sampler leaves out. The state it starts from comes apart (the
+    previous round's result, on the worker that holds it)."""
+
+    dataset: object
+    manifest_sha256: str
+    units: tuple
+    cfg: KernelConfig
+    steps: int
+    seed: tuple
+    batch_rows: int
+    holdout: tuple | None
+    cache_mb: float
+    shuffle_block: int
+    cached: tuple = ("pos", "neg")
+
+
+#: datasets opened by this process's round tasks, kept between rounds (the manifest
+#: is read once a fit, not once a round): (ref, manifest sha256) -> ShardedDataset
+_DATASETS: dict = {}
+_DATASETS_KEPT = 4
+
+
+def open_round_dataset(ref, manifest_sha256: str) -> ShardedDataset:
+    """The dataset a round task reads, opened once per process and fit: a dataset
+    whose manifest is no longer the one the fit was planned on (rewritten meanwhile)
+    is refused, naming it."""
+    key = (ref, manifest_sha256)
+    ds = _DATASETS.get(key)
+    if ds is None:
+        ds = ShardedDataset(ref)
+        if ds.manifest_sha256 != manifest_sha256:
+            raise ValueError(
+                f"{ds.path}: the dataset was rewritten while the fit ran (its manifest "
+                "is not the one the fit was planned on); start the fit again"
+            )
+        while len(_DATASETS) >= _DATASETS_KEPT:
+            _DATASETS.pop(next(iter(_DATASETS)))
+        _DATASETS[key] = ds
+    return ds
+
+
+def sgd_round(task: RoundTask, state: SGDState) -> dict:
+    """One worker's share of a round: ``task.steps`` steps from ``state`` over its own
+    row groups, read where the task runs (decoded row groups of the classes
+    ``task.cached`` are kept in a per-process cache of ``task.cache_mb`` MiB across
+    rounds)."""
     t0 = time.perf_counter()
-    ds = ShardedDataset(dataset_path)
-    cache = process_cache(cache_mb)
+    ds = open_round_dataset(task.dataset, task.manifest_sha256)
+    cache = process_cache(task.cache_mb)
     sampler = ShardSampler(
         ds,
-        cfg.mode,
-        seed,
-        units=units,
-        buffer_rows=buffer_rows,
-        batch_rows=batch_rows,
-        holdout=holdout,
+        task.cfg.mode,
+        list(task.seed),
+        units=list(task.units),
+        buffer_rows=1 << 40,  # a round holds all the rows of its row groups
+        batch_rows=task.batch_rows,
+        holdout=task.holdout,
         cache=cache,
-        shuffle_block=shuffle_block,
-        cached=cached,
+        shuffle_block=task.shuffle_block,
+        cached=task.cached,
     )
     stats = np.zeros(6)
     t1 = time.perf_counter()
-    new = steps_from(cfg, state, sampler, steps, stats)
+    new = steps_from(task.cfg, state, sampler, task.steps, stats)
     t2 = time.perf_counter()
     read = sampler.read_s
     return {
@@ -228,14 +265,13 @@ def combine_rounds(a: RoundSum, b: RoundSum) -> RoundSum:
                     a.combine_s + b.combine_s + time.perf_counter() - t)  # fmt: skip
 
 
-def sgd_task(start, *args) -> RoundSum:
+def sgd_task(start, task: RoundTask) -> RoundSum:
     """A worker's share of a round as a leaf of the reduction tree: :func:`sgd_round`
-    from ``start`` (an :class:`SGDState`, or the previous round's :class:`RoundSum`,
-    whose merge every worker computes alike: the same bits as the driver's),
-    ``args`` the rest of :func:`sgd_round`'s arguments after the state."""
+    of ``task`` from ``start`` (an :class:`SGDState`, or the previous round's
+    :class:`RoundSum`, whose merge every worker computes alike: the same bits as the
+    driver's)."""
     state = start.start() if isinstance(start, RoundSum) else start
-    path, units, cfg, *rest = args
-    res = sgd_round(path, units, cfg, state, *rest)
+    res = sgd_round(task, state)
     return RoundSum(StateSum.of(res["state"]), res["stats"], 1, res["seconds"],
                     res["seconds"], np.array([res[k] for k in _TASK_PARTS]))  # fmt: skip
 
@@ -425,7 +461,8 @@ def fit_distributed(
     t_start = time.perf_counter()
     ds = dataset if isinstance(dataset, ShardedDataset) else ShardedDataset(dataset)
     est = estimator
-    plan, st = est.start_stream(ds)
+    plan, st = est.start_stream(ds, history=resume.history if resume else None)
+    history = list(est.history_)  # the epochs recorded (the snapshots carry them)
     cfg = plan.cfg
     if workers is None and resume is not None:
         workers = int(resume.schedule["workers"])
@@ -433,13 +470,13 @@ def fit_distributed(
     if cache_mb is None:
         limits = [m or 0 for m in engine.worker_memory_limits()]
         cache_mb = 0.25 * min(limits) / 2**20 if limits and min(limits) > 0 else 1024.0
-    units = row_group_units(ds.files(est.split))
+    units = row_group_units(ds.files(plan.split))
     own_pos = _deal([u for u in units if u[0].cls == "pos"], n_w)
     own_neg = _deal([u for u in units if u[0].cls == "neg"], n_w)
     per_epoch = plan.steps_per_epoch
     # a worker-round holds the rows it samples from in memory: at most about
     # buffer_rows per class, so large data gets more (smaller) rounds an epoch
-    max_steps = 2 * est.buffer_rows
+    max_steps = 2 * plan.buffer_rows
     if rounds_per_epoch == "auto" and resume is not None:
         rounds_per_epoch = int(resume.schedule["rounds_per_epoch"])
     elif rounds_per_epoch == "auto":
@@ -479,7 +516,7 @@ def fit_distributed(
             flush=True,
         )
     bar = Progress(
-        "training rounds", total=est.epochs * rounds_per_epoch, enabled=progress
+        "training rounds", total=plan.epochs * rounds_per_epoch, enabled=progress
     )
     schedule = {
         "seed": seed,
@@ -487,7 +524,7 @@ def fit_distributed(
         "rounds_per_epoch": rounds_per_epoch,
         "steps": steps,
         "per_round": per_round,
-        "epochs": est.epochs,
+        "epochs": plan.epochs,
     }
     rnd = 0
     stats, n_tasks, epoch_s = np.zeros(6), 0, 0.0
@@ -501,11 +538,10 @@ def fit_distributed(
         st, rnd = resume.state, resume.round
         stats, n_tasks = resume.epoch_stats.copy(), resume.epoch_tasks
         epoch_s = resume.epoch_seconds
-        est.history_ = list(resume.history)
         bar.update(rnd)
 
     def snapshot() -> Snapshot:
-        return Snapshot(st, rnd, stats.copy(), n_tasks, epoch_s, list(est.history_),
+        return Snapshot(st, rnd, stats.copy(), n_tasks, epoch_s, list(history),
                         schedule)  # fmt: skip
 
     last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
@@ -520,7 +556,7 @@ def fit_distributed(
         tw = time.perf_counter()
         warm = pool.run(warm_steps, [(cfg,)] * n_w, what="warm-up")
         warm_s = (time.perf_counter() - tw, max(w["seconds"] for w in warm))
-        while rnd < est.epochs * rounds_per_epoch:
+        while rnd < plan.epochs * rounds_per_epoch:
             epoch, r = divmod(rnd, rounds_per_epoch)
             tr = time.perf_counter()
             args, slots = [], []
@@ -532,11 +568,10 @@ def fit_distributed(
                     u[0].cls == "neg" for u in mine
                 ):
                     continue  # a worker with no shard of one class sits this round out
-                args.append(
-                    (ds.ref, mine, cfg, steps, [seed, rnd, k], 1 << 40,
-                     est.batch_rows, plan.holdout, cache_mb, est.shuffle_block,
-                     cached[k])
-                )  # fmt: skip
+                args.append((RoundTask(
+                    ds.ref, ds.manifest_sha256, tuple(mine), cfg, steps,
+                    (seed, rnd, k), plan.batch_rows, plan.holdout, cache_mb,
+                    plan.shuffle_block, cached[k]),))  # fmt: skip
                 slots.append(k)
             if not args:
                 raise ValueError(
@@ -568,7 +603,8 @@ def fit_distributed(
                 f"{stats[5] / max(stats[3], 1):.4f} lambda {st.lam:.4g}",
             )
             if r == rounds_per_epoch - 1:
-                est.record_epoch(stats, st, epoch_s, steps * n_tasks)
+                rec = est.record_epoch(stats, st, epoch_s, steps * n_tasks)
+                history.append(rec)
                 stats, n_tasks, epoch_s = np.zeros(6), 0, 0.0
             if on_round is not None:
                 on_round(rnd, engine)
@@ -578,7 +614,7 @@ def fit_distributed(
                     rnd - last_ckpt_round >= checkpoint_rounds
                     or time.monotonic() - last_ckpt_time >= checkpoint_seconds
                 )
-                and rnd < est.epochs * rounds_per_epoch
+                and rnd < plan.epochs * rounds_per_epoch
             ):
                 checkpoint(snapshot())
                 last_ckpt_round, last_ckpt_time = rnd, time.monotonic()
@@ -591,9 +627,7 @@ def fit_distributed(
     finally:
         pool.close()
     bar.close(f"lambda {st.lam:.4g}")
-    est.finish_stream(plan, st, ds)
-    est.fit_seconds_ = time.perf_counter() - t_start
-    est.engine_ = {
+    engine_info = {
         "name": engine.name,
         "workers": n_w,
         "rounds": rnd,
@@ -606,4 +640,5 @@ def fit_distributed(
         "warm_task_s": warm_s[1],
         **_round_costs(timing, st),
     }
+    est.finish_stream(plan, st, ds, started=t_start, engine=engine_info)
     return est

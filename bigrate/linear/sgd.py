@@ -151,8 +151,12 @@ class SGDState:
 
 @dataclass(frozen=True)
 class StreamPlan:
-    """What a streaming fit needs besides the state: the resolved kernel configuration,
-    the class counts used for training, the calibration hold-out and the seed."""
+    """What a streaming fit needs besides the state, fixed when it starts
+    (:meth:`~NeymanPearsonSGD.start_stream`): the resolved kernel configuration, the
+    class counts used for training, the calibration hold-out, the seed, and the
+    estimator's reading settings a round runs with (the split it trains on, the epochs,
+    rows a class a sampler holds, rows a Parquet read, the shuffle block). A
+    distributed fit reads these here, never from the estimator."""
 
     cfg: KernelConfig
     n_pos: int
@@ -160,6 +164,11 @@ class StreamPlan:
     holdout: tuple | None
     seed: int
     n_features: int
+    split: str = "train"
+    epochs: int = 1
+    buffer_rows: int = 65536
+    batch_rows: int = 8192
+    shuffle_block: int = 1
 
     @property
     def steps_per_epoch(self) -> int:
@@ -226,6 +235,9 @@ def merge_states(states: list[SGDState]) -> SGDState:
 
 class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
     """Shared machinery of the NP and q-value SGD learners."""
+
+    _job_fit = "rounds"  # it streams: start_stream, record_epoch, finish_stream
+    _job_data = "shards"
 
     _parameter_constraints: dict = {
         "loss": [StrOptions({"sigmoid", "ramp"})],
@@ -312,28 +324,6 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             intercept_rate=(0.0 if not self.fit_intercept else 0.01 if sparse else 1.0),
         )
 
-    def _init_state(self, n_features: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.warm_start and hasattr(self, "coef_"):
-            if self.coef_.shape[1] != n_features:
-                raise ValueError(
-                    f"warm_start: the model has {self.coef_.shape[1]} features, the data "
-                    f"has {n_features}"
-                )
-            v = self.coef_.ravel().astype(np.float64).copy()
-            state = np.array(
-                [
-                    1.0,
-                    float(self.intercept_[0]),
-                    float(self.multiplier_),
-                    float(self.t_),
-                ]
-            )
-        else:
-            v = np.zeros(n_features)
-            state = np.array([1.0, 0.0, float(self.lambda0), 0.0])
-            self.history_ = []
-        return v, state
-
     # ---------------------------------------------------------------- fit
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -371,7 +361,8 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             )
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
         cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
-        plan = StreamPlan(cfg, n_pos, n_neg, None, self._seed_int(), X.shape[1])
+        plan = StreamPlan(cfg, n_pos, n_neg, None, self._seed_int(), X.shape[1],
+                          epochs=self.epochs)  # fmt: skip
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows,
                                   block=self.shuffle_block)  # fmt: skip
         self._train(plan, self.initial_state(X.shape[1]), sampler)
@@ -389,17 +380,17 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             ds,
             plan.cfg.mode,
             self._seed(),
-            split=self.split,
-            buffer_rows=self.buffer_rows,
-            batch_rows=self.batch_rows,
+            split=plan.split,
+            buffer_rows=plan.buffer_rows,
+            batch_rows=plan.batch_rows,
             holdout=plan.holdout,
-            shuffle_block=self.shuffle_block,
+            shuffle_block=plan.shuffle_block,
         )
         self._train(plan, st, sampler)
         self.finish_stream(plan, None, ds)
 
     def _train(self, plan: StreamPlan, st: SGDState, sampler) -> None:
-        for _ in range(self.epochs):
+        for _ in range(plan.epochs):
             stats = np.zeros(6)
             te = time.perf_counter()
             st = steps_from(plan.cfg, st, sampler, plan.steps_per_epoch, stats)
@@ -407,10 +398,13 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         self._set_fitted(st, plan.cfg)
 
     # ---------------------------------------------------------------- streaming protocol
-    def start_stream(self, ds: ShardedDataset) -> tuple[StreamPlan, SGDState]:
+    def start_stream(
+        self, ds: ShardedDataset, history: list | None = None
+    ) -> tuple[StreamPlan, SGDState]:
         """Start a streaming fit on the ``split`` rows of ``ds``: validate the
         parameters against the dataset, resolve the defaults from it and return the plan
-        and the initial state (the fitted model's, with ``warm_start``). The in-process
+        and the initial state (the fitted model's, with ``warm_start``). ``history``:
+        the epochs a resumed fit already recorded (its checkpoint's). The in-process
         fit, the distributed fit (:mod:`bigrate.linear.distributed`) and checkpoints
         build on this, :func:`steps_from`, :func:`merge_states`, :meth:`record_epoch`
         and :meth:`finish_stream`."""
@@ -443,9 +437,15 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         seed = self._seed_int()
         holdout = (frac, seed) if frac > 0 else None
         st = self.initial_state(ds.n_features)
+        if history is not None:
+            self.history_ = list(history)
         self.classes_ = np.array([-1, 1])
         self.n_features_in_ = ds.n_features
-        return StreamPlan(cfg, n_pos, n_neg, holdout, seed, ds.n_features), st
+        plan = StreamPlan(cfg, n_pos, n_neg, holdout, seed, ds.n_features,
+                          split=self.split, epochs=self.epochs,
+                          buffer_rows=self.buffer_rows, batch_rows=self.batch_rows,
+                          shuffle_block=self.shuffle_block)  # fmt: skip
+        return plan, st
 
     def initial_state(self, n_features: int) -> SGDState:
         """The state training starts from: zeros and ``lambda0``, or with
@@ -465,9 +465,9 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         self.history_ = []
         return SGDState(np.zeros(n_features), 0.0, float(self.lambda0), 0.0)
 
-    def record_epoch(self, stats, st: SGDState, seconds: float, steps: int) -> None:
+    def record_epoch(self, stats, st: SGDState, seconds: float, steps: int) -> dict:
         """Append an epoch to ``history_`` from its false-alarm / miss counts ``stats``
-        and the state at its end."""
+        and the state at its end; returns its record."""
         n_neg, s_neg, fa, n_pos, s_pos, miss = stats
         rec = {
             "epoch": len(self.history_) + 1,
@@ -488,18 +488,34 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
                 flush=True,
             )
         self._after_epoch(rec)
+        return rec
 
     def finish_stream(
-        self, plan: StreamPlan, st: SGDState | None, ds: ShardedDataset
+        self,
+        plan: StreamPlan,
+        st: SGDState | None,
+        ds: ShardedDataset,
+        *,
+        started: float | None = None,
+        engine: dict | None = None,
     ) -> None:
         """Set the fitted attributes from the final state (None: already set) and
-        calibrate on the held-out negatives of ``ds`` (one streaming pass), if any."""
+        calibrate on the held-out negatives of ``ds`` (one streaming pass), if any;
+        a distributed fit gives when it started (``time.perf_counter()``: the wall time
+        to the end of the calibration is ``fit_seconds_``) and what its engine did
+        (``engine_``)."""
         if st is not None:
             self._set_fitted(st, plan.cfg)
-        if plan.holdout is None:
-            return
+        if engine is not None:
+            self.engine_ = dict(engine)
+        if plan.holdout is not None:
+            self._calibrate_on_holdout(plan, ds)
+        if started is not None:
+            self.fit_seconds_ = time.perf_counter() - started
+
+    def _calibrate_on_holdout(self, plan: StreamPlan, ds: ShardedDataset) -> None:
         scores = []
-        for b in ds.iter_batches(self.split, "neg", batch_rows=self.batch_rows):
+        for b in ds.iter_batches(plan.split, "neg", batch_rows=plan.batch_rows):
             keep = holdout_mask(b.row_id, *plan.holdout)
             if keep.any():
                 Xh = b.X[keep]

@@ -81,6 +81,8 @@ class NPSearchCV(RateClassifierMixin, BaseEstimator):
     ['alpha']
     """
 
+    _job_fit = "sweep"  # a job runs it as a sweep of the estimator it searches
+    _job_kinds = ()
     _sweep_select = "J_val"
 
     def rate_target(self) -> dict:

@@ -170,6 +170,8 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
     True
     """
 
+    _job_kinds = ("train", "evaluate")  # one path; its tau is chosen, not swept
+
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "fit_intercept": ["boolean"],

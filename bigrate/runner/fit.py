@@ -1,4 +1,5 @@
-"""How a job fits each estimator family on its engine (the registry's ``fit``):
+"""How a job fits each estimator family on its engine (what the class declares as
+``_job_fit``, :class:`bigrate.base.RateClassifierMixin`):
 
 - "rounds": the SGD learners, by the checkpointed distributed rounds of
   :func:`bigrate.linear.fit_distributed` (each worker reads its own shards);
@@ -24,7 +25,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.files import atomic_write_text, jsonable
 from bigrate.model_selection.sweep import fit_split
 from bigrate.rundir import RunDir
-from bigrate.runner.registry import entry, make_estimator, name_of
+from bigrate.runner.registry import make_estimator
 from bigrate.runner.spec import JobSpec, load_baseline
 
 
@@ -50,14 +51,13 @@ def fit_on_engine(est, ds: ShardedDataset, eng, progress: bool = True, **ckpt):
     by their distributed rounds on every engine (``ckpt``: the checkpoint arguments
     and ``workers``, the shares of the data), the others as one task on a cluster or
     in this process. Returns the fitted estimator."""
-    e = entry(name_of(est))
-    if e.streams:
+    if est._job_fit == "rounds":
         from bigrate.linear.distributed import fit_distributed
 
         return fit_distributed(est, ds, eng, progress=progress, **ckpt)
     if eng.name == "local":
-        return fit_split(est, ds.ref, e.data)
-    return eng.run(fit_split, [(est, ds.ref, e.data)], what="the fit")[0]
+        return fit_split(est, ds.ref, est._job_data)
+    return eng.run(fit_split, [(est, ds.ref, est._job_data)], what="the fit")[0]
 
 
 def select_tau(spec: JobSpec, est, ds: ShardedDataset, progress: bool, say) -> None:

@@ -1,8 +1,9 @@
 """The one registry of the estimators that jobs and ``bigrate train`` can name: every
-estimator :mod:`bigrate` exports, with how a job fits it and which job kinds it runs.
-What each one promises (its rate target, the metric its sweeps select by) is declared
-by the estimator class itself (:class:`bigrate.base.RateClassifierMixin`) and read
-from there, here and everywhere else."""
+estimator :mod:`bigrate` exports, by name. What each one can do and promises (how a job
+fits it, what its fit is given, the job kinds it runs, its rate target, the metric its
+sweeps select by) is declared by the estimator class itself
+(:class:`bigrate.base.RateClassifierMixin`) and read from there, here and everywhere
+else: the runner dispatches on those declarations, never on names."""
 
 from __future__ import annotations
 
@@ -14,20 +15,24 @@ from dataclasses import dataclass
 class Entry:
     module: str
     cls: str
-    #: how a job fits it: "rounds" (the distributed SGD rounds of
-    #: :mod:`bigrate.linear.distributed`, checkpointed), "task" (one engine task on the
-    #: train split), "search" (BPSP: its (gamma, space, fold) tasks on the engine, each
-    #: saved as it finishes, then the refit), "sweep" (NPSearchCV: its job is a sweep
-    #: job of the estimator it searches)
-    fit: str
-    #: the job kinds it runs
-    kinds: tuple = ("train", "sweep", "evaluate")
-    #: what its fit task is given: "shards" (the ShardedDataset: it streams, or reads
-    #: groups from the shards), "sparse" (the train split as CSR), "dense"
-    data: str = "sparse"
 
     def load(self):
         return getattr(importlib.import_module(self.module), self.cls)
+
+    @property
+    def fit(self) -> str:
+        """How a job fits it (``_job_fit``): "rounds", "task", "search" or "sweep"."""
+        return self.load()._job_fit
+
+    @property
+    def data(self) -> str:
+        """What its fit task is given (``_job_data``): "shards", "sparse", "dense"."""
+        return self.load()._job_data
+
+    @property
+    def kinds(self) -> tuple:
+        """The job kinds it runs (``_job_kinds``)."""
+        return tuple(self.load()._job_kinds)
 
     @property
     def streams(self) -> bool:
@@ -46,31 +51,16 @@ class Entry:
 
 
 ESTIMATORS = {
-    "NeymanPearsonSGD": Entry(
-        "bigrate.linear", "NeymanPearsonSGD", "rounds", data="shards"
-    ),  # fmt: skip
-    "QValueSGD": Entry("bigrate.linear", "QValueSGD", "rounds", data="shards"),
-    "NeymanPearsonSVC": Entry("bigrate.kernel", "NeymanPearsonSVC", "task"),
-    "CostSensitiveSVC": Entry("bigrate.kernel", "CostSensitiveSVC", "task"),
-    "AUMLinearClassifier": Entry("bigrate.aum", "AUMLinearClassifier", "task"),
-    "QuantilePathSVC": Entry(
-        "bigrate.quantile", "QuantilePathSVC", "task", kinds=("train", "evaluate")
-    ),
-    "RateConstrainedClassifier": Entry(
-        "bigrate.constrained",
-        "RateConstrainedClassifier",
-        "task",
-        kinds=("train", "evaluate"),
-        data="shards",
-    ),  # fmt: skip
-    "BPSPSearchCV": Entry(
-        "bigrate.model_selection",
-        "BPSPSearchCV",
-        "search",
-        kinds=("train", "evaluate"),
-        data="dense",
-    ),  # fmt: skip
-    "NPSearchCV": Entry("bigrate.model_selection", "NPSearchCV", "sweep", kinds=()),
+    name: Entry(module, name)
+    for module, names in (
+        ("bigrate.linear", ("NeymanPearsonSGD", "QValueSGD")),
+        ("bigrate.kernel", ("NeymanPearsonSVC", "CostSensitiveSVC")),
+        ("bigrate.aum", ("AUMLinearClassifier",)),
+        ("bigrate.quantile", ("QuantilePathSVC",)),
+        ("bigrate.constrained", ("RateConstrainedClassifier",)),
+        ("bigrate.model_selection", ("BPSPSearchCV", "NPSearchCV")),
+    )
+    for name in names
 }
 
 
@@ -84,14 +74,6 @@ def entry(name: str) -> Entry:
 
 def estimator_class(name: str):
     return entry(name).load()
-
-
-def name_of(est) -> str:
-    """The registry name of an estimator instance (every exported estimator has one)."""
-    name = type(est).__name__
-    if name not in ESTIMATORS:
-        raise ValueError(f"{name} is not an estimator jobs can run")
-    return name
 
 
 def make_estimator(name: str, params: dict):

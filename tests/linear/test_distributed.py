@@ -255,7 +255,7 @@ def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
             assert abs(start.b - merged[1]) <= 1e-12
             assert abs(start.lam - merged[2]) <= 1e-12 * merged[2]
         # the tasks are pure: replayed here they give the workers' states
-        states = [sgd_round(a[0], a[1], a[2], start, *a[3:])["state"] for a in args]
+        states = [sgd_round(task, start)["state"] for (task,) in args]
         ws = np.array([s.w for s in states])
         assert not np.allclose(ws[0], ws[1])  # the workers really differ
         merged = (
@@ -263,7 +263,7 @@ def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
             float(np.mean([s.b for s in states])),
             float(np.exp(np.mean(np.log([s.lam for s in states])))),
         )
-        here = tree_reduce([sgd_task(start, *a) for a in args], combine_rounds)
+        here = tree_reduce([sgd_task(start, task) for (task,) in args], combine_rounds)
         np.testing.assert_array_equal(here.state.w, total.state.w)
         assert (here.state.b, here.state.log_lam) == (
             total.state.b,
@@ -421,7 +421,7 @@ def test_a_round_reads_each_class_by_its_own_row_group_size(tmp_path):
                         rec, progress=False, rounds_per_epoch=4)  # fmt: skip
     files = ds.files("train")
     for args, _, _ in rec.rounds:
-        units, steps = args[0][1], args[0][3]
+        units, steps = args[0][0].units, args[0][0].steps
         for cls in ("pos", "neg"):
             mine = [f for f in files if f.cls == cls]
             per_group = np.mean(
@@ -430,7 +430,7 @@ def test_a_round_reads_each_class_by_its_own_row_group_size(tmp_path):
             got = sum(u[0].cls == cls for u in units)
             assert got == math.ceil((steps // 2 + 1) / per_group), (cls, got)
     counts = [
-        sum(u[0].cls == c for u in rec.rounds[0][0][0][1]) for c in ("pos", "neg")
+        sum(u[0].cls == c for u in rec.rounds[0][0][0][0].units) for c in ("pos", "neg")
     ]
     assert counts[0] > counts[1]  # 300 positives: row groups of 256 + 44, vs 256s
 
@@ -528,3 +528,41 @@ def test_fewer_longer_rounds_for_many_workers_keep_the_rates(dataset):
         spread = max(fixed.max() - fixed.min(), 0.01)
         assert abs(auto.mean() - fixed.mean()) <= 2 * spread, (k, auto, fixed)
     assert rates["auto"][:, 0].max() <= 0.05 + 0.015  # calibrated: the promise holds
+
+
+def test_round_tasks_keep_their_dataset_open_and_refuse_a_rewritten_one(tmp_path):
+    """A worker opens the dataset once a fit (the manifest is not read again every
+    round), and a round task planned on one commit of a dataset refuses another."""
+    from bigrate.engines.local import LocalEngine
+    from bigrate.linear import distributed as D
+    from bigrate.linear import fit_distributed
+
+    X, y = blobs(3, n=2000)
+    ds = write_dataset(tmp_path / "ds", X, y, row_group_size=256)
+    D._DATASETS.clear()
+    opened = []
+    real = D.ShardedDataset
+
+    class Counting(real):
+        def __init__(self, *a, **kw):
+            opened.append(a[0])
+            super().__init__(*a, **kw)
+
+    D.ShardedDataset = Counting
+    try:
+        m = fit_distributed(NeymanPearsonSGD(rho=0.05, epochs=2, random_state=0),
+                            str(ds.path), LocalEngine(), workers=2, progress=False,
+                            rounds_per_epoch=4)  # fmt: skip
+    finally:
+        D.ShardedDataset = real
+    assert m.engine_["rounds"] == 8
+    assert len(opened) == 2  # the driver's, then the workers' one (a process)
+    first = D.open_round_dataset(ds.ref, ds.manifest_sha256)
+    assert D.open_round_dataset(ds.ref, ds.manifest_sha256) is first
+    import shutil
+
+    shutil.rmtree(tmp_path / "ds")
+    write_dataset(tmp_path / "ds", X[:1500], y[:1500], row_group_size=256)
+    D._DATASETS.clear()
+    with pytest.raises(ValueError, match="rewritten while the fit ran"):
+        D.open_round_dataset(ds.ref, ds.manifest_sha256)

@@ -184,6 +184,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     partition; :meth:`cv_error_map` builds the map of equal-error polygons.
     """
 
+    _job_fit = "search"
+    _job_data = "dense"
+    _job_kinds = ("train", "evaluate")
     _accepts_sparse = False  # the partition works on a dense kernel matrix
 
     _parameter_constraints: dict = {
