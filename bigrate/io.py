@@ -46,7 +46,7 @@ FORMAT = "bigrate-model"
 VERSION = 2
 _TRUSTED = ("bigrate.", "sklearn.")
 
-__all__ = ["PersistMixin", "load_model", "save_model"]
+__all__ = ["load_model", "save_model"]
 
 
 def _qualname(obj) -> str:
@@ -263,12 +263,3 @@ def _read_meta(path: Path) -> dict:
             f"reads version {VERSION} (save the model again with this version)"
         )
     return meta
-
-
-class PersistMixin:
-    """``save(path)`` for an estimator; :func:`bigrate.load_model` reads it back."""
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Save as plain data (``model.json`` + ``arrays.npz``) in directory ``path``,
-        atomically; :func:`bigrate.load_model` rebuilds the estimator."""
-        return save_model(self, path)

@@ -1,54 +1,15 @@
 """Dataset constraints (Goh et al. 2016): a vocabulary of rates on datasets (fairness,
 coverage, churn, recall, ...) and a linear learner that meets them with ramp losses."""
 
+from bigrate.constrained import vocabulary
 from bigrate.constrained.classifier import (
     RateConstrainedClassifier,
     plot_target_vs_achieved,
 )
-from bigrate.constrained.vocabulary import (
-    Constraint,
-    Expr,
-    Subset,
-    churn,
-    count_false_negatives,
-    count_false_positives,
-    count_true_negatives,
-    count_true_positives,
-    coverage,
-    demographic_parity,
-    egregious,
-    equal_opportunity,
-    error_rate,
-    false_negative_rate,
-    false_positive_rate,
-    negative_rate,
-    positive_rate,
-    recall,
-    true_negative_rate,
-    true_positive_rate,
-)
+from bigrate.constrained.vocabulary import *  # noqa: F403 (its __all__, named below)
 
 __all__ = [
-    "Constraint",
-    "Expr",
     "RateConstrainedClassifier",
-    "Subset",
-    "churn",
-    "count_false_negatives",
-    "count_false_positives",
-    "count_true_negatives",
-    "count_true_positives",
-    "coverage",
-    "demographic_parity",
-    "egregious",
-    "equal_opportunity",
-    "error_rate",
-    "false_negative_rate",
-    "false_positive_rate",
-    "negative_rate",
     "plot_target_vs_achieved",
-    "positive_rate",
-    "recall",
-    "true_negative_rate",
-    "true_positive_rate",
+    *vocabulary.__all__,
 ]

@@ -401,7 +401,7 @@ class DatasetWriter:
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "name": name or self.out.name,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "bigrate_version": __version__,
             "n_features": int(n_features),
             "splits": list(self.splits),

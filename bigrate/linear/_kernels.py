@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from bigrate.losses._kernels import loss_and_derivative
+from bigrate.solvers.sparse_rows import row_axpy, row_dot
 
 OK = 0
 NON_FINITE = 1  # w, b or lambda became NaN / inf (learning rate too large)
@@ -24,17 +25,34 @@ _RESCALE = 1e-9
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _dot(indptr, indices, data, i, v):
-    s = 0.0
-    for k in range(indptr[i], indptr[i + 1]):
-        s += data[k] * v[indices[k]]
-    return s
+def _rescaled(v, scale):
+    """The scale of w = scale * v after a step: when it gets tiny (the decay's
+    products), it is put back into v and is 1 again."""
+    if scale < _RESCALE:
+        for k in range(v.shape[0]):
+            v[k] *= scale
+        return 1.0
+    return scale
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _axpy(indptr, indices, data, i, a, v):
-    for k in range(indptr[i], indptr[i + 1]):
-        v[indices[k]] += a * data[k]
+def _updated_multiplier(lam, factor):
+    """lam * factor, kept at least 1e-12 (the multiplier stays positive)."""
+    lam *= factor
+    return 1e-12 if lam < 1e-12 else lam  # (a NaN stays NaN: NON_FINITE)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _store(state, scale, b, lam, t):
+    """Write [scale, b, lam, t] into ``state``; NON_FINITE if one of them is NaN or
+    infinite (the learning rate was too large), else OK."""
+    state[0] = scale
+    state[1] = b
+    state[2] = lam
+    state[3] = t
+    if not (np.isfinite(b) and np.isfinite(lam) and np.isfinite(scale)):
+        return NON_FINITE
+    return OK
 
 
 @njit(cache=True, nogil=True)
@@ -82,7 +100,7 @@ def np_sgd_steps(
     miss = 0.0
     for j in range(order.shape[0]):
         i = order[j]
-        f = scale * _dot(indptr, indices, data, i, v) + b
+        f = scale * row_dot(indptr, indices, data, i, v) + b
         yi = y[i]
         z = yi * f
         l, dl = loss_and_derivative(loss, z, eta)
@@ -102,30 +120,19 @@ def np_sgd_steps(
         scale *= 1.0 - gamma * lambda_c
         g = gamma * a * dl * yi
         if g != 0.0:
-            _axpy(indptr, indices, data, i, -g / scale, v)
+            row_axpy(indptr, indices, data, i, -g / scale, v)
             b -= intercept_rate * g
         if yi < 0:
-            lam *= 1.0 + nu * (l - rho)
-            if lam < 1e-12:
-                lam = 1e-12
+            lam = _updated_multiplier(lam, 1.0 + nu * (l - rho))
         t += 1.0
-        if scale < _RESCALE:
-            for k in range(v.shape[0]):
-                v[k] *= scale
-            scale = 1.0
+        scale = _rescaled(v, scale)
     stats[0] += n_neg
     stats[1] += s_neg
     stats[2] += fa
     stats[3] += n_pos
     stats[4] += s_pos
     stats[5] += miss
-    state[0] = scale
-    state[1] = b
-    state[2] = lam
-    state[3] = t
-    if not (np.isfinite(b) and np.isfinite(lam) and np.isfinite(scale)):
-        return NON_FINITE
-    return OK
+    return _store(state, scale, b, lam, t)
 
 
 @njit(cache=True, nogil=True)
@@ -159,8 +166,8 @@ def qvalue_sgd_steps(
     for j in range(pos_order.shape[0]):
         ip = pos_order[j]
         ineg = neg_order[j]
-        fp = scale * _dot(indptr, indices, data, ip, v) + b
-        fn = scale * _dot(indptr, indices, data, ineg, v) + b
+        fp = scale * row_dot(indptr, indices, data, ip, v) + b
+        fn = scale * row_dot(indptr, indices, data, ineg, v) + b
         lp, dlp = loss_and_derivative(loss, fp, eta)
         ln, dln = loss_and_derivative(loss, -fn, eta)
         stats[3] += 1.0
@@ -176,25 +183,14 @@ def qvalue_sgd_steps(
         gp = gamma * (1.0 + lam * q) * dlp  # y = +1
         gn = -gamma * lam * dln  # y = -1
         if gp != 0.0:
-            _axpy(indptr, indices, data, ip, -gp / scale, v)
+            row_axpy(indptr, indices, data, ip, -gp / scale, v)
         if gn != 0.0:
-            _axpy(indptr, indices, data, ineg, -gn / scale, v)
+            row_axpy(indptr, indices, data, ineg, -gn / scale, v)
         b -= intercept_rate * (gp + gn)
-        lam *= 1.0 + nu * (ln - q * (1.0 - lp))
-        if lam < 1e-12:
-            lam = 1e-12
+        lam = _updated_multiplier(lam, 1.0 + nu * (ln - q * (1.0 - lp)))
         t += 1.0
-        if scale < _RESCALE:
-            for k in range(v.shape[0]):
-                v[k] *= scale
-            scale = 1.0
-    state[0] = scale
-    state[1] = b
-    state[2] = lam
-    state[3] = t
-    if not (np.isfinite(b) and np.isfinite(lam) and np.isfinite(scale)):
-        return NON_FINITE
-    return OK
+        scale = _rescaled(v, scale)
+    return _store(state, scale, b, lam, t)
 
 
 @njit(cache=True, nogil=True)
@@ -203,7 +199,7 @@ def decision_csr(indptr, indices, data, w, b):
     n = indptr.shape[0] - 1
     out = np.empty(n, dtype=np.float64)
     for i in range(n):
-        out[i] = _dot(indptr, indices, data, i, w) + b
+        out[i] = row_dot(indptr, indices, data, i, w) + b
     return out
 
 

@@ -21,11 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from bigrate.solvers.dual_cd import (
-    _axpy_row,
-    _dot_row,
-    box_cd,
-)
+from bigrate.solvers.dual_cd import box_cd
+from bigrate.solvers.sparse_rows import row_axpy, row_dot
 
 # set codes
 R_SET, M_SET, L_SET = 0, 1, 2
@@ -76,9 +73,9 @@ def primal_from_sets(X, state, beta, tau, kappa, w, s_l):
     s_l[:] = 0.0
     for i in range(len(y)):
         if state[i] == M_SET:
-            _axpy_row(indptr, indices, data, i, kappa * beta[i] * y[i], w)
+            row_axpy(indptr, indices, data, i, kappa * beta[i] * y[i], w)
         elif state[i] == L_SET:
-            _axpy_row(
+            row_axpy(
                 indptr,
                 indices,
                 data,
@@ -86,7 +83,7 @@ def primal_from_sets(X, state, beta, tau, kappa, w, s_l):
                 kappa * upper_bound(y[i], sw[i], tau) * y[i],
                 w,
             )
-            _axpy_row(indptr, indices, data, i, sw[i], s_l)
+            row_axpy(indptr, indices, data, i, sw[i], s_l)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -127,7 +124,7 @@ def primal_from_lsum(X, S, tau, kappa):
         s_l[j] = pj + nj
     for k in range(int(scal[1])):
         i = mlist[k]
-        _axpy_row(indptr, indices, data, i, kappa * beta[i] * y[i], w)
+        row_axpy(indptr, indices, data, i, kappa * beta[i] * y[i], w)
 
 
 @njit(cache=True, nogil=True)
@@ -143,7 +140,7 @@ def lsum_from_sets(X, state, lsum):
 def gradient_all(X, w, g):
     indptr, indices, data, y, sw = X
     for i in range(len(y)):
-        g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+        g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
 
 
 @njit(cache=True, nogil=True)
@@ -152,10 +149,10 @@ def _qmm_matvec(X, mlist, m, p, tmp, out):
     indptr, indices, data, y, sw = X
     for k in range(m):
         i = mlist[k]
-        _axpy_row(indptr, indices, data, i, y[i] * p[k], tmp)
+        row_axpy(indptr, indices, data, i, y[i] * p[k], tmp)
     for k in range(m):
         i = mlist[k]
-        out[k] = y[i] * _dot_row(indptr, indices, data, i, tmp)
+        out[k] = y[i] * row_dot(indptr, indices, data, i, tmp)
     for k in range(m):
         i = mlist[k]
         for q in range(indptr[i], indptr[i + 1]):
@@ -276,10 +273,10 @@ def _project(X, R, v, c, s):
     nu = len(urow)
     if nu > 0:
         for q in range(nu):
-            c[q] = usgn[q] * _dot_row(indptr, indices, data, urow[q], v)
+            c[q] = usgn[q] * row_dot(indptr, indices, data, urow[q], v)
         _chol_apply(L, nu, c, s)
         for q in range(nu):
-            _axpy_row(indptr, indices, data, urow[q], -usgn[q] * s[q], v)
+            row_axpy(indptr, indices, data, urow[q], -usgn[q] * s[q], v)
     elif P.shape[0] > 0:
         d, f = P.shape
         pv = np.zeros(f)
@@ -300,7 +297,7 @@ def _projected_row(X, R, i, sgn, out, c, s):
     removes what rounding left of range(A_U)."""
     indptr, indices, data, y, sw = X
     out[:] = 0.0
-    _axpy_row(indptr, indices, data, i, sgn, out)
+    row_axpy(indptr, indices, data, i, sgn, out)
     _project(X, R, out, c, s)
     if len(R[2]) > 0:
         _project(X, R, out, c, s)
@@ -337,7 +334,7 @@ def nnls(X, rows, sgn, p, R, t, tol, max_iter):
     while it < max_iter:
         # grad = C^T Pi res (= C^T res: res is in the projection's range)
         for q in range(p):
-            grad[q] = sgn[q] * _dot_row(indptr, indices, data, rows[q], res)
+            grad[q] = sgn[q] * row_dot(indptr, indices, data, rows[q], res)
         j, best = -1, tol
         for k in range(p):
             if not passive[k] and not banned[k] and grad[k] > best:
@@ -436,7 +433,7 @@ def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
             sq += data[p1] * data[p1]
         for j in range(nl):
             r = rows[j]
-            L[nl, j] = y[i] * y[r] * _dot_row(indptr, indices, data, r, tmp)
+            L[nl, j] = y[i] * y[r] * row_dot(indptr, indices, data, r, tmp)
         for p1 in range(indptr[i], indptr[i + 1]):
             tmp[indices[p1]] = 0.0
         if not _chol_finish_row(L, nl, sq, PRIMAL_REL_PIVOT):
@@ -467,9 +464,9 @@ def _factor_lsq(X, R, t, out):
         if step > 0:
             res[:] = t
             for q in range(nu):
-                _axpy_row(indptr, indices, data, urow[q], -usgn[q] * out[q], res)
+                row_axpy(indptr, indices, data, urow[q], -usgn[q] * out[q], res)
         for q in range(nu):
-            c[q] = usgn[q] * _dot_row(indptr, indices, data, urow[q], res)
+            c[q] = usgn[q] * row_dot(indptr, indices, data, urow[q], res)
         _chol_apply(L, nu, c, s)
         for q in range(nu):
             out[q] += s[q]
@@ -512,23 +509,23 @@ def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
     v = U @ ((U.T @ t) / lam)
     for j in range(nc):
         i = mlist[cols[j]]
-        out[j] = y[i] * _dot_row(indptr, indices, data, i, v)
+        out[j] = y[i] * row_dot(indptr, indices, data, i, v)
     res = np.empty(d)
     ag = np.empty(d)
     for _ in range(2):
         res[:] = t
         for j in range(nc):
             i = mlist[cols[j]]
-            _axpy_row(indptr, indices, data, i, -y[i] * out[j], res)
+            row_axpy(indptr, indices, data, i, -y[i] * out[j], res)
         ag[:] = 0.0
         for j in range(nc):
             i = mlist[cols[j]]
-            gj = y[i] * _dot_row(indptr, indices, data, i, res)  # -(normal residual)
-            _axpy_row(indptr, indices, data, i, y[i] * gj, ag)
+            gj = y[i] * row_dot(indptr, indices, data, i, res)  # -(normal residual)
+            row_axpy(indptr, indices, data, i, y[i] * gj, ag)
         v = U @ ((U.T @ ag) / (lam * lam))
         for j in range(nc):
             i = mlist[cols[j]]
-            out[j] += y[i] * _dot_row(indptr, indices, data, i, v)
+            out[j] += y[i] * row_dot(indptr, indices, data, i, v)
 
 
 @njit(cache=True, nogil=True)
@@ -588,7 +585,7 @@ def _direction_dense(
         scale = max(scale, xnorm[i])
         if kind[bcol[q]] == 2 and hscale != 0.0:
             # t -= h y x, h = -hscale y sw
-            _axpy_row(indptr, indices, data, i, hscale * sw[i], t)
+            row_axpy(indptr, indices, data, i, hscale * sw[i], t)
     # the unbounded columns' span: a Cholesky factor of their Gram matrix where they
     # are independent (every primal direction of the whole a9a path), else the
     # eigendecomposition of A_U A_U^T with its rank cut
@@ -625,7 +622,7 @@ def _direction_dense(
     rest = t.copy()
     for q in range(nb):
         if z[q] != 0.0:
-            _axpy_row(indptr, indices, data, brow[q], -bsgn[q] * z[q], rest)
+            row_axpy(indptr, indices, data, brow[q], -bsgn[q] * z[q], rest)
     if nu > 0:
         au = np.empty(nu)
         if chol:
@@ -634,7 +631,7 @@ def _direction_dense(
             _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
         for q in range(nu):
             x[ucol[q]] = au[q]
-            _axpy_row(indptr, indices, data, urow[q], -usgn[q] * au[q], rest)
+            row_axpy(indptr, indices, data, urow[q], -usgn[q] * au[q], rest)
     for j in range(d):
         aa[j] = s_l[j] - rest[j]
     for q in range(nb):
@@ -667,7 +664,7 @@ def _gram(X, mlist, m, s_l, tmp, G, gm, b):
         for j in range(m):
             if j == k or gm[j] == mlist[j]:
                 # stale positions after this one get their entry when recomputed
-                v = y[i] * y[mlist[j]] * _dot_row(indptr, indices, data, mlist[j], tmp)
+                v = y[i] * y[mlist[j]] * row_dot(indptr, indices, data, mlist[j], tmp)
                 G[k, j] = v
                 G[j, k] = v
         for q in range(indptr[i], indptr[i + 1]):
@@ -678,7 +675,7 @@ def _gram(X, mlist, m, s_l, tmp, G, gm, b):
         gm[k] = -1
     for k in range(m):
         i = mlist[k]
-        b[k] = y[i] * _dot_row(indptr, indices, data, i, s_l)
+        b[k] = y[i] * row_dot(indptr, indices, data, i, s_l)
 
 
 @njit(cache=True, nogil=True)
@@ -900,7 +897,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
     cgmax = int(cg_factor * m) + 50
     for k in range(m):
         i = mlist[k]
-        b[k] = y[i] * _dot_row(indptr, indices, data, i, s_l)
+        b[k] = y[i] * row_dot(indptr, indices, data, i, s_l)
         x[k] = dbeta[i]
         lo[k] = 0.0 if kind[k] & 1 else -np.inf
         hi[k] = -y[i] * sw[i] if kind[k] & 2 else np.inf
@@ -944,11 +941,11 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
                 sortbuf[nf] = k
                 nf += 1
             else:
-                _axpy_row(indptr, indices, data, mlist[k], y[mlist[k]] * x[k], tmp)
+                row_axpy(indptr, indices, data, mlist[k], y[mlist[k]] * x[k], tmp)
         for j in range(nf):
             k = sortbuf[j]
             i = mlist[k]
-            rhs[j] = b[k] - y[i] * _dot_row(indptr, indices, data, i, tmp)
+            rhs[j] = b[k] - y[i] * row_dot(indptr, indices, data, i, tmp)
             xf[j] = x[k]
         for k in range(m):
             if pin[k] != 0:
@@ -1042,7 +1039,7 @@ def _direction(
         u[:] = 0.0
         for k in range(m):
             i = mlist[k]
-            _axpy_row(indptr, indices, data, i, y[i] * x[k], u)
+            row_axpy(indptr, indices, data, i, y[i] * x[k], u)
     return it, steps, route
 
 
@@ -1094,7 +1091,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     ag = np.zeros(d)
     for k in range(m):
         i = mlist[k]
-        _axpy_row(indptr, indices, data, i, y[i] * g[i], ag)
+        row_axpy(indptr, indices, data, i, y[i] * g[i], ag)
     cols = np.arange(m)
     first, V, lam = _row_space(X, mlist, cols, m, d, 1e-11)
     if first == d:
@@ -1124,7 +1121,7 @@ def _exact_from_sets(X, S, kappa, tau):
     drift = 0.0
     for k in range(int(scal[1])):
         i = mlist[k]
-        g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+        g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
         drift = max(drift, abs(g[i]))
     return drift
 
@@ -1188,7 +1185,7 @@ def _margin_drift(X, mlist, m, w, gm_out):
     drift = 0.0
     for k in range(m):
         i = mlist[k]
-        gm_out[k] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+        gm_out[k] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
         drift = max(drift, abs(gm_out[k]))
     return drift
 
@@ -1225,7 +1222,7 @@ def _newton_repair(X, S, W, F, kappa, tau, gram_max_m):
     for k in range(m):
         i = mlist[k]
         nb = min(max(beta[i] + delta[k], 0.0), upper_bound(y[i], sw[i], tau))
-        _axpy_row(indptr, indices, data, i, kappa * (nb - beta[i]) * y[i], w)
+        row_axpy(indptr, indices, data, i, kappa * (nb - beta[i]) * y[i], w)
         beta[i] = nb
     return True
 
@@ -1297,7 +1294,7 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
             nmid = 0
             for i in range(n):
                 if state[i] != M_SET:
-                    g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+                    g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
                     mid[nmid] = i
                     nmid += 1
             cap = np.inf
@@ -1305,7 +1302,7 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
             for k in range(nmid):
                 i = mid[k]
                 if state[i] != M_SET:
-                    g[i] = y[i] * _dot_row(indptr, indices, data, i, w) - 1.0
+                    g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
         computed += nmid
         hist = np.zeros(64, np.int64)
         for k in range(nmid):
@@ -1484,7 +1481,7 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
         for k in range(m):
             if pinned[k] != 0:
                 sl = ML[k]
-                dg[mlist[k]] = XM[3][sl] * _dot_row(XM[0], XM[1], XM[2], sl, u)
+                dg[mlist[k]] = XM[3][sl] * row_dot(XM[0], XM[1], XM[2], sl, u)
     step = 1.0 - tau
     rarg = 0.0
     for k in range(m):
@@ -1523,7 +1520,7 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
         s = state[i]
         if s == M_SET:
             continue
-        r = y[i] * _dot_row(cptr, cind, cdat, ci, u)
+        r = y[i] * row_dot(cptr, cind, cdat, ci, u)
         cdg[ci] = r
         gi = cg[ci]
         c = np.inf
@@ -1831,7 +1828,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                         tau_left[i] = new_tau + 2.0
                     if dest == L_SET:
                         beta[i] = upper_bound(y[i], sw[i], new_tau)
-                        _axpy_row(indptr, indices, data, i, sw[i], s_l)
+                        row_axpy(indptr, indices, data, i, sw[i], s_l)
                         _lsum_row(X, lsum, i, 1.0)
                         g[i] = min(g[i], 0.0)
                     else:
@@ -1851,7 +1848,7 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                         vs[V_NMID] = nmid + 1
                 else:
                     if s == L_SET:
-                        _axpy_row(indptr, indices, data, i, -sw[i], s_l)
+                        row_axpy(indptr, indices, data, i, -sw[i], s_l)
                         _lsum_row(X, lsum, i, -1.0)
                         beta[i] = upper_bound(y[i], sw[i], new_tau)
                     else:
@@ -1943,10 +1940,10 @@ def coef_from_state(X, state, beta_m, beta_next, tau, t, kappa, w):
         s = state[i]
         if s == M_SET:
             bi = (1.0 - t) * beta_m[k] + t * beta_next[k]
-            _axpy_row(indptr, indices, data, i, kappa * bi * y[i], w)
+            row_axpy(indptr, indices, data, i, kappa * bi * y[i], w)
             k += 1
         elif s == L_SET:
-            _axpy_row(
+            row_axpy(
                 indptr,
                 indices,
                 data,

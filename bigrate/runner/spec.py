@@ -55,10 +55,9 @@ from __future__ import annotations
 
 import copy
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from bigrate.engines import ENGINES
 from bigrate.metrics import SELECT

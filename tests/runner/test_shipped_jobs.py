@@ -2,8 +2,9 @@
 warm-up of each (the fit that loads a worker's imports and compiled kernels before a
 sweep) ends without an error with the job's own parameters."""
 
-import pytest
 import tomllib
+
+import pytest
 
 from tests.conftest import REPO
 
