@@ -12,6 +12,8 @@ most one window of rows per class.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from bigrate.data.format import SPLITS, RowBlock
@@ -127,3 +129,49 @@ class StratifiedSplitter:
                 self.pending[c] = []
                 self.pending_rows[c] = 0
         return out
+
+
+class PoolAndTest:
+    """Where a prep's rows go: the pooled files' rows through a seeded
+    :class:`StratifiedSplitter` into the splits of ``split`` (default
+    ``"train=0.8,val=0.1,test=0.1"``, or ``"train=0.9,val=0.1"`` when there are
+    ``test_files``), the rows of ``test_files`` wholly to the test split."""
+
+    def __init__(self, split: str | dict | None, seed: int, test_files=()):
+        self.test_files = [os.path.basename(str(f)) for f in test_files]
+        if split is None:
+            split = (
+                "train=0.9,val=0.1" if self.test_files else "train=0.8,val=0.1,test=0.1"
+            )
+        self.fractions = parse_fractions(split)
+        #: the splits the dataset has
+        self.splits = [
+            s
+            for s in SPLITS
+            if s in self.fractions or (s == "test" and self.test_files)
+        ]
+        self.seed = int(seed)
+        self._splitter = StratifiedSplitter(self.fractions, seed=seed)
+
+    def add(self, writer, role: str, block: RowBlock) -> None:
+        """Give ``writer`` the rows of ``block``, from a pooled file (``role``
+        "pool") or a test file ("test")."""
+        if role == "pool":
+            for s, piece in self._splitter.push(block):
+                writer.append(s, piece)
+        else:
+            writer.append("test", block)
+
+    def finish(self, writer) -> None:
+        """The pool's last rows, held back by the splitter's windows, to ``writer``."""
+        for s, piece in self._splitter.finish():
+            writer.append(s, piece)
+
+    def manifest(self) -> dict:
+        """How the rows were split, as the manifest records it."""
+        return {
+            "fractions": self.fractions,
+            "seed": self.seed,
+            "method": "exact per-class stratification in seeded windows",
+            "test_files": self.test_files,
+        }

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from bigrate.data.format import DEFAULT_ROW_GROUP_SIZE, DEFAULT_ROWS_PER_FILE
 from bigrate.data.prep.common import LabelMapper, Progress, Source, finish_block
-from bigrate.data.split import StratifiedSplitter, parse_fractions
+from bigrate.data.split import PoolAndTest
 from bigrate.data.writer import DatasetWriter
 from bigrate.errors import DataError
 
@@ -135,14 +135,7 @@ def prep_csv(
         raise ValueError(
             "standardize and l2_normalize exclude each other: choose one preprocessing"
         )
-    if split is None:
-        split = "train=0.9,val=0.1" if test_file else "train=0.8,val=0.1,test=0.1"
-    fractions = parse_fractions(split)
-    splits = [
-        s
-        for s in ("train", "val", "test")
-        if s in fractions or (s == "test" and test_file)
-    ]
+    route = PoolAndTest(split, seed, [test_file] if test_file else [])
     head = _read_head(file, skip_rows, delimiter)
     names = head if header else [str(i) for i in range(len(head))]
     if len(set(names)) != len(names):
@@ -160,7 +153,6 @@ def prep_csv(
     if not feats:
         raise DataError("no feature columns are left", path=str(file))
     mapper = LabelMapper(positive_labels, negative_labels)
-    splitter = StratifiedSplitter(fractions, seed=seed)
     sources = []
     dropped = 0
     row_id = 0
@@ -171,7 +163,7 @@ def prep_csv(
         types[group] = pa.string()
     with DatasetWriter(
         out,
-        splits=splits,
+        splits=route.splits,
         has_group=group is not None,
         overwrite=overwrite,
         row_group_size=row_group_size,
@@ -282,11 +274,7 @@ def prep_csv(
                         )
                         row_id += len(block)
                         seen += n
-                        if role == "pool":
-                            for s, piece in splitter.push(block):
-                                w.append(s, piece)
-                        else:
-                            w.append("test", block)
+                        route.add(w, role, block)
                         prog.update(len(block))
                 except pa.ArrowInvalid as e:
                     msg = str(e)
@@ -306,8 +294,7 @@ def prep_csv(
                     ) from None
                 sources.append({**src.info(), "role": role})
             if role == "pool":
-                for s, piece in splitter.finish():
-                    w.append(s, piece)
+                route.finish(w)
         mapper.check_two_classes()
         prog.close("done")
         return w.commit(
@@ -315,14 +302,7 @@ def prep_csv(
             label_mapping=mapper.manifest(),
             preprocessing={
                 "l2_normalize": bool(l2_normalize),
-                "split": {
-                    "fractions": fractions,
-                    "seed": int(seed),
-                    "method": "exact per-class stratification in seeded windows",
-                    "test_files": [os.path.basename(str(test_file))]
-                    if test_file
-                    else [],
-                },
+                "split": route.manifest(),
                 "feature_columns": feats,
                 "label_column": label,
                 "group_column": group,

@@ -29,7 +29,7 @@ from bigrate.data.prep.common import (
     check_input,
     finish_block,
 )
-from bigrate.data.split import StratifiedSplitter, parse_fractions
+from bigrate.data.split import PoolAndTest
 from bigrate.data.writer import DatasetWriter
 from bigrate.errors import DataError
 
@@ -215,27 +215,19 @@ def prep_svmlight(
     """
     if not files:
         raise ValueError("give at least one input file")
-    if split is None:
-        split = "train=0.9,val=0.1" if test_files else "train=0.8,val=0.1,test=0.1"
-    fractions = parse_fractions(split)
-    splits = [
-        s
-        for s in ("train", "val", "test")
-        if s in fractions or (s == "test" and test_files)
-    ]
+    route = PoolAndTest(split, seed, test_files)
     if chunk_bytes < 1024:
         raise ValueError(f"chunk_bytes must be >= 1024, got {chunk_bytes}")
     for f in list(files) + list(test_files):
         check_input(f)
     mapper = LabelMapper(positive_labels, negative_labels)
-    splitter = StratifiedSplitter(fractions, seed=seed)
     width = 0
     row_id = 0
     sources = []
     prog = Progress("prep svmlight", enabled=progress)
     with DatasetWriter(
         out,
-        splits=splits,
+        splits=route.splits,
         overwrite=overwrite,
         row_group_size=row_group_size,
         rows_per_file=rows_per_file,
@@ -261,11 +253,7 @@ def prep_svmlight(
                         block = finish_block(X, y, row_id, mapper, l2_normalize, where)
                         row_id += len(block)
                         width = max(width, X.shape[1])
-                        if role == "pool":
-                            for s, piece in splitter.push(block):
-                                w.append(s, piece)
-                        else:
-                            w.append("test", block)
+                        route.add(w, role, block)
                         prog.update(
                             len(block),
                             f"({src._raw.nbytes / 2**20:.0f} MiB read "
@@ -273,8 +261,7 @@ def prep_svmlight(
                         )
                     sources.append({**src.info(), "role": role})
             if role == "pool":
-                for s, piece in splitter.finish():
-                    w.append(s, piece)
+                route.finish(w)
         mapper.check_two_classes()
         prog.close("done")
         return w.commit(
@@ -282,12 +269,7 @@ def prep_svmlight(
             label_mapping=mapper.manifest(),
             preprocessing={
                 "l2_normalize": bool(l2_normalize),
-                "split": {
-                    "fractions": fractions,
-                    "seed": int(seed),
-                    "method": "exact per-class stratification in seeded windows",
-                    "test_files": [os.path.basename(str(f)) for f in test_files],
-                },
+                "split": route.manifest(),
                 "zero_based_source": bool(zero_based),
             },
             sources=sources,
