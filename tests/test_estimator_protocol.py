@@ -226,3 +226,31 @@ def test_a_value_that_is_not_plain_data_is_refused_by_name(tmp_path):
         est.save(tmp_path / "m")
     assert not (tmp_path / "m").exists()
     assert not list(tmp_path.iterdir())  # no temporary directory left behind
+
+
+def test_the_readme_glossary_names_every_parameter():
+    """Every parameter of every estimator a job can name is in the README's glossary,
+    with the estimators it belongs to in the same row."""
+    import re
+
+    from bigrate.linear import NeymanPearsonSGD
+    from bigrate.runner.registry import ESTIMATORS
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("### Parameters: one glossary")
+    section = text[start : text.index("\n## ", start)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.split(" | ")]
+        if line.startswith("| `") and len(cells) == 3:
+            for name in re.findall(r"`(\w+)`", cells[0]):
+                rows[name] = cells[2]
+    missing = []
+    for est_name, e in ESTIMATORS.items():
+        cls = e.load()
+        est = cls(NeymanPearsonSGD(), {}) if est_name == "NPSearchCV" else cls()
+        for p in est.get_params(deep=False):
+            if p not in rows or est_name not in rows[p] and "all" not in rows[p]:
+                missing.append(f"{est_name}.{p}")
+    assert not missing, missing
