@@ -60,7 +60,9 @@ def check(key: str, arrays: tuple) -> None:
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         return
-    assert key in data, f"{GOLDEN} has no {key!r}: record it with BIGRATE_WRITE_GOLDEN=1"
+    assert key in data, (
+        f"{GOLDEN} has no {key!r}: record it with BIGRATE_WRITE_GOLDEN=1"
+    )
     want = data[key]
     if data["fingerprint"] == fingerprint():
         assert got["sha256"] == want["sha256"], f"{key}: not the recorded bits"

@@ -21,7 +21,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from bigrate.solvers.cg import cg_solve, gram_matvec
+from bigrate.solvers.cholesky import (
+    chol_append,
+    chol_finish_row,
+    chol_remove,
+    chol_solve,
+)
 from bigrate.solvers.dual_cd import box_cd
+from bigrate.solvers.least_squares import (
+    factor_lsq,
+    min_norm_lsq,
+    nnls,
+    row_space,
+)
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 
 # set codes
@@ -144,61 +157,6 @@ def gradient_all(X, w, g):
 
 
 @njit(cache=True, nogil=True)
-def _qmm_matvec(X, mlist, m, p, tmp, out):
-    """out = Q_MM p = Y_M X_M (X_M^T Y_M p); tmp is a zeroed d-vector, left zeroed."""
-    indptr, indices, data, y, sw = X
-    for k in range(m):
-        i = mlist[k]
-        row_axpy(indptr, indices, data, i, y[i] * p[k], tmp)
-    for k in range(m):
-        i = mlist[k]
-        out[k] = y[i] * row_dot(indptr, indices, data, i, tmp)
-    for k in range(m):
-        i = mlist[k]
-        for q in range(indptr[i], indptr[i + 1]):
-            tmp[indices[q]] = 0.0
-
-
-@njit(cache=True, nogil=True)
-def cg_solve(X, mlist, m, b, x, tmp, r, p, q, rtol, maxiter):
-    """Conjugate gradients for Q_MM x = b from the initial x given; returns iterations
-    and the final relative residual."""
-    _qmm_matvec(X, mlist, m, x, tmp, q)
-    bn = 0.0
-    rr = 0.0
-    for k in range(m):
-        r[k] = b[k] - q[k]
-        p[k] = r[k]
-        rr += r[k] * r[k]
-        bn += b[k] * b[k]
-    bn = np.sqrt(bn)
-    if bn == 0.0:
-        for k in range(m):
-            x[k] = 0.0
-        return 0, 0.0
-    it = 0
-    while it < maxiter and np.sqrt(rr) > rtol * bn:
-        _qmm_matvec(X, mlist, m, p, tmp, q)
-        pq = 0.0
-        for k in range(m):
-            pq += p[k] * q[k]
-        if pq <= 0.0:
-            break
-        a = rr / pq
-        rr_new = 0.0
-        for k in range(m):
-            x[k] += a * p[k]
-            r[k] -= a * q[k]
-            rr_new += r[k] * r[k]
-        beta_cg = rr_new / rr
-        rr = rr_new
-        for k in range(m):
-            p[k] = r[k] + beta_cg * p[k]
-        it += 1
-    return it, np.sqrt(rr) / bn
-
-
-@njit(cache=True, nogil=True)
 def resolve_margin(
     X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, z, lo, hi, tol, max_epochs
 ):
@@ -260,140 +218,6 @@ def _merge_sorted(msorted, m_old, ev, ne, state):
 
 
 @njit(cache=True, nogil=True)
-def _project(X, R, v, c, s):
-    """v <- its part orthogonal to range(A_U), in place. R = (P, L, urow, usgn)
-    describes A_U: with urow non-empty its columns are usgn[q] x_{urow[q]} and L is
-    the Cholesky factor of their Gram matrix (full column rank), so the projection
-    is v - A_U (L L^T)^-1 A_U^T v, O(|U| nnz + |U|^2); otherwise P (d x f) is an
-    orthonormal basis of the complement and the projection P P^T v (no projection
-    at all when P is empty: there are no unbounded columns). c and s are scratch of
-    length >= |U|."""
-    indptr, indices, data, y, sw = X
-    P, L, urow, usgn = R
-    nu = len(urow)
-    if nu > 0:
-        for q in range(nu):
-            c[q] = usgn[q] * row_dot(indptr, indices, data, urow[q], v)
-        _chol_apply(L, nu, c, s)
-        for q in range(nu):
-            row_axpy(indptr, indices, data, urow[q], -usgn[q] * s[q], v)
-    elif P.shape[0] > 0:
-        d, f = P.shape
-        pv = np.zeros(f)
-        for j in range(d):
-            for k in range(f):
-                pv[k] += P[j, k] * v[j]
-        for j in range(d):
-            a = 0.0
-            for k in range(f):
-                a += P[j, k] * pv[k]
-            v[j] = a
-
-
-@njit(cache=True, nogil=True)
-def _projected_row(X, R, i, sgn, out, c, s):
-    """out = the projection (:func:`_project`) of the column sgn x_i, applied twice:
-    the Cholesky form squares the conditioning of A_U, and a second application
-    removes what rounding left of range(A_U)."""
-    indptr, indices, data, y, sw = X
-    out[:] = 0.0
-    row_axpy(indptr, indices, data, i, sgn, out)
-    _project(X, R, out, c, s)
-    if len(R[2]) > 0:
-        _project(X, R, out, c, s)
-
-
-@njit(cache=True, nogil=True)
-def nnls(X, rows, sgn, p, R, t, tol, max_iter):
-    """Lawson-Hanson non-negative least squares  min ||Pi (C z - t)||  over z >= 0,
-    where column q of C is sgn[q] x_i for the sparse row i = rows[q] and Pi is the
-    orthogonal projection described by R (:func:`_project`: onto the complement of
-    the unbounded columns' span, or the identity). C is never formed: the gradient
-    C^T Pi r is one sparse dot product per column, and only the passive columns are
-    projected. On a9a's margin sets of ~4,600 bounded columns of which about one
-    enters, forming C and P^T C densely was 70% of a direction solve. The passive
-    set's columns stay linearly independent, so each step is a full-rank
-    least-squares solve of at most d columns. Returns (z, iterations)."""
-    indptr, indices, data, y, sw = X
-    d = len(t)
-    nu = len(R[2])
-    c = np.empty(max(nu, 1))
-    s = np.empty(max(nu, 1))
-    z = np.zeros(p)
-    passive = np.zeros(p, np.bool_)
-    banned = np.zeros(p, np.bool_)  # entered with a non-positive value (rounding)
-    cols = np.zeros(p, np.int64)
-    tp = t.copy()
-    _project(X, R, tp, c, s)
-    if nu > 0:
-        _project(X, R, tp, c, s)
-    res = tp.copy()  # Pi (t - C z)
-    grad = np.zeros(p)
-    col = np.empty(d)
-    it = 0
-    while it < max_iter:
-        # grad = C^T Pi res (= C^T res: res is in the projection's range)
-        for q in range(p):
-            grad[q] = sgn[q] * row_dot(indptr, indices, data, rows[q], res)
-        j, best = -1, tol
-        for k in range(p):
-            if not passive[k] and not banned[k] and grad[k] > best:
-                j, best = k, grad[k]
-        if j < 0:
-            break
-        passive[j] = True
-        first = True
-        while it < max_iter:
-            it += 1
-            nc = 0
-            for k in range(p):
-                if passive[k]:
-                    cols[nc] = k
-                    nc += 1
-            sub = np.empty((d, nc))
-            for q in range(nc):
-                _projected_row(X, R, rows[cols[q]], sgn[cols[q]], col, c, s)
-                sub[:, q] = col
-            sol = np.linalg.lstsq(sub, tp, -1.0)[0]
-            if first:
-                first = False
-                ok = True
-                for q in range(nc):
-                    if cols[q] == j and sol[q] <= 0.0:
-                        ok = False
-                if not ok:
-                    passive[j] = False
-                    banned[j] = True
-                    break
-            step, kmin = 1.0, -1
-            for q in range(nc):
-                k = cols[q]
-                if sol[q] <= 0.0:
-                    a = z[k] / (z[k] - sol[q])
-                    if a < step:
-                        step, kmin = a, k
-            if kmin < 0:
-                for q in range(nc):
-                    z[cols[q]] = sol[q]
-                break
-            for q in range(nc):
-                k = cols[q]
-                z[k] += step * (sol[q] - z[k])
-                if z[k] <= 0.0:
-                    z[k] = 0.0
-                    passive[k] = False
-            z[kmin] = 0.0
-            passive[kmin] = False
-        res[:] = tp
-        for k in range(p):
-            if z[k] != 0.0:
-                _projected_row(X, R, rows[k], sgn[k], col, c, s)
-                for q in range(d):
-                    res[q] -= z[k] * col[q]
-    return z, it
-
-
-@njit(cache=True, nogil=True)
 def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
     """The Cholesky factor of the Gram matrix of the unbounded margin columns y x
     (kind 0), kept between primal directions in KU = (L[d, d], slots int64[d], meta
@@ -436,7 +260,7 @@ def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
             L[nl, j] = y[i] * y[r] * row_dot(indptr, indices, data, r, tmp)
         for p1 in range(indptr[i], indptr[i + 1]):
             tmp[indices[p1]] = 0.0
-        if not _chol_finish_row(L, nl, sq, PRIMAL_REL_PIVOT):
+        if not chol_finish_row(L, nl, sq, PRIMAL_REL_PIVOT):
             meta[0] = 0
             return -1
         rows[nl] = i
@@ -444,88 +268,6 @@ def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
         nl += 1
     meta[0] = nl
     return nl
-
-
-@njit(cache=True, nogil=True)
-def _factor_lsq(X, R, t, out):
-    """The least-squares solution of min ||A_U a - t|| for independent columns (R as
-    in :func:`_project`, with the Cholesky factor of their Gram matrix): a = (L
-    L^T)^-1 A_U^T t, then two steps of iterative refinement with the residual
-    computed from the sparse rows (the normal equations square the conditioning;
-    each step shrinks the error by about eps cond(A_U)^2)."""
-    indptr, indices, data, y, sw = X
-    P, L, urow, usgn = R
-    nu = len(urow)
-    c = np.empty(nu)
-    s = np.empty(nu)
-    res = t.copy()
-    out[:nu] = 0.0
-    for step in range(3):
-        if step > 0:
-            res[:] = t
-            for q in range(nu):
-                row_axpy(indptr, indices, data, urow[q], -usgn[q] * out[q], res)
-        for q in range(nu):
-            c[q] = usgn[q] * row_dot(indptr, indices, data, urow[q], res)
-        _chol_apply(L, nu, c, s)
-        for q in range(nu):
-            out[q] += s[q]
-
-
-@njit(cache=True, nogil=True)
-def _row_space(X, mlist, cols, nc, d, rank_rtol):
-    """Eigen-decomposition of B = A A^T for the columns A = [y_i x_i] at the mlist
-    positions ``cols[:nc]``: accumulated from the sparse rows (nnz^2 per row) and
-    decomposed in O(d^3), far cheaper than an SVD of the d x nc matrix when nc is in
-    the hundreds. Returns (first, V, ev): V[:, first:] spans range(A) (eigenvalues
-    above rank_rtol times the largest), ev = those eigenvalues."""
-    indptr, indices, data, y, sw = X
-    B = np.zeros((d, d))
-    for q in range(nc):
-        i = mlist[cols[q]]
-        for p1 in range(indptr[i], indptr[i + 1]):
-            c1, v1 = indices[p1], data[p1]
-            for p2 in range(indptr[i], indptr[i + 1]):
-                B[c1, indices[p2]] += v1 * data[p2]
-    ev, V = np.linalg.eigh(B)
-    cut = rank_rtol * ev[d - 1]
-    first = d
-    while first > 0 and ev[first - 1] > cut:
-        first -= 1
-    return first, V, ev[first:].copy()
-
-
-@njit(cache=True, nogil=True)
-def _min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
-    """The minimum-norm solution of min ||A a - t|| (A as in :func:`_row_space`, whose
-    eigenvectors V and eigenvalues lam it takes): a = A^T U L^-1 U^T t, then two steps
-    of iterative refinement on the normal equations A^T A a = A^T t with residuals
-    computed from the sparse rows. Through A A^T the small singular values are
-    squared (a 1e-4 relative singular value loses half the digits), and refinement
-    wins them back: each step shrinks the error by about eps cond(A)^2."""
-    indptr, indices, data, y, sw = X
-    d = len(t)
-    U = np.ascontiguousarray(V[:, first:])
-    v = U @ ((U.T @ t) / lam)
-    for j in range(nc):
-        i = mlist[cols[j]]
-        out[j] = y[i] * row_dot(indptr, indices, data, i, v)
-    res = np.empty(d)
-    ag = np.empty(d)
-    for _ in range(2):
-        res[:] = t
-        for j in range(nc):
-            i = mlist[cols[j]]
-            row_axpy(indptr, indices, data, i, -y[i] * out[j], res)
-        ag[:] = 0.0
-        for j in range(nc):
-            i = mlist[cols[j]]
-            gj = y[i] * row_dot(indptr, indices, data, i, res)  # -(normal residual)
-            row_axpy(indptr, indices, data, i, y[i] * gj, ag)
-        v = U @ ((U.T @ ag) / (lam * lam))
-        for j in range(nc):
-            i = mlist[cols[j]]
-            out[j] += y[i] * row_dot(indptr, indices, data, i, v)
 
 
 @njit(cache=True, nogil=True)
@@ -543,7 +285,7 @@ def _direction_dense(
     Gram matrix where they are independent, :func:`_unbounded_factor`: KU, kept
     between calls whose mlist entries are the margin rows' copy's slots of copy
     generation gen and formed anew every kept calls, else the eigenvectors of A_U
-    A_U^T, :func:`_row_space`), the bounded ones solved as a non-negative least
+    A_U^T, :func:`row_space`), the bounded ones solved as a non-negative least
     squares on what remains (Lawson-Hanson), then a_U is the minimum-norm
     least-squares fit of the rest. No
     iteration count depends on the conditioning of Q_MM, which is singular as soon
@@ -604,7 +346,7 @@ def _direction_dense(
         usgn[q] = y[urow[q]]
     first, V, lam = d, np.zeros((d, d)), np.zeros(0)
     if nu > 0 and not chol:
-        first, V, lam = _row_space(X, mlist, ucol, nu, d, rank_rtol)
+        first, V, lam = row_space(X, mlist, ucol, nu, d, rank_rtol)
     none = np.zeros((0, 0))
     if chol:
         first = d - nu  # dimension of the complement of range(A_U)
@@ -626,9 +368,9 @@ def _direction_dense(
     if nu > 0:
         au = np.empty(nu)
         if chol:
-            _factor_lsq(X, R, rest, au)
+            factor_lsq(X, R, rest, au)
         else:
-            _min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
+            min_norm_lsq(X, mlist, ucol, nu, rest, V, first, lam, au)
         for q in range(nu):
             x[ucol[q]] = au[q]
             row_axpy(indptr, indices, data, urow[q], -usgn[q] * au[q], rest)
@@ -678,69 +420,6 @@ def _gram(X, mlist, m, s_l, tmp, G, gm, b):
         b[k] = y[i] * row_dot(indptr, indices, data, i, s_l)
 
 
-@njit(cache=True, nogil=True)
-def _chol_append(G, free, nf, k, L, rel_pivot):
-    """Grow the Cholesky factor L of G[free, free] (first nf) by the index k, O(nf^2);
-    False if the new pivot falls below rel_pivot times its diagonal (singular)."""
-    for j in range(nf):
-        L[nf, j] = G[free[j], k]
-    return _chol_finish_row(L, nf, G[k, k], rel_pivot)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _chol_finish_row(L, nf, diag, rel_pivot):
-    """Row nf of a Cholesky factor from the new column's entries against the first nf
-    (in L[nf, :nf], replaced by the factor's row) and its diagonal; False if the
-    pivot falls below rel_pivot times the diagonal."""
-    v = diag
-    for j in range(nf):
-        s = L[nf, j]
-        for q in range(j):
-            s -= L[nf, q] * L[j, q]
-        s /= L[j, j]
-        L[nf, j] = s
-        v -= s * s
-    if not v > rel_pivot * diag:
-        return False
-    L[nf, nf] = np.sqrt(v)
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _chol_remove(L, nf, p):
-    """Drop row and column p from the factor of an nf x nf matrix, O((nf - p)^2): the
-    rows below move up one and Givens rotations on column pairs (j, j + 1) restore the
-    triangle (L Q Q^T L^T is unchanged; the new pivots are never smaller)."""
-    for r in range(p + 1, nf):
-        for q in range(r + 1):
-            L[r - 1, q] = L[r, q]
-    for j in range(p, nf - 1):
-        a, c = L[j, j], L[j, j + 1]
-        rr = np.hypot(a, c)
-        cs, sn = a / rr, c / rr
-        L[j, j] = rr
-        L[j, j + 1] = 0.0
-        for r in range(j + 1, nf - 1):
-            u, v = L[r, j], L[r, j + 1]
-            L[r, j] = cs * u + sn * v
-            L[r, j + 1] = cs * v - sn * u
-
-
-@njit(cache=True, nogil=True)
-def _chol_apply(L, nf, rhs, out):
-    """out = (L L^T)^-1 rhs on the first nf entries."""
-    for j in range(nf):
-        v = rhs[j]
-        for k in range(j):
-            v -= L[j, k] * out[k]
-        out[j] = v / L[j, j]
-    for j in range(nf - 1, -1, -1):
-        v = out[j]
-        for k in range(j + 1, nf):
-            v -= L[k, j] * out[k]
-        out[j] = v / L[j, j]
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _kept_lines(L, rows, nl, pos, keys, m, kind, out, have):
     """The lines of a kept Cholesky factor (L, with each line's key in rows[:nl])
@@ -753,7 +432,7 @@ def _kept_lines(L, rows, nl, pos, keys, m, kind, out, have):
         key = rows[j]
         p = pos[key]
         if p < 0 or p >= m or keys[p] != key or kind[p] != 0:
-            _chol_remove(L, nl, j)
+            chol_remove(L, nl, j)
             for q in range(j + 1, nl):
                 rows[q - 1] = rows[q]
             nl -= 1
@@ -787,7 +466,7 @@ def _kept_free_factor(G, mlist, m, mpos, kind, KF, free, rel_pivot, max_calls):
     nl = _kept_lines(Lf, rows, nl, mpos, mlist, m, kind, free, have)
     for k in range(m):
         if kind[k] == 0 and not have[k]:
-            if not _chol_append(G, free, nl, k, Lf, rel_pivot):
+            if not chol_append(G, free, nl, k, Lf, rel_pivot):
                 meta[0] = nl
                 return -1
             free[nl] = k
@@ -832,7 +511,7 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
                     v -= G[free[j], k] * x[k]
             rhs[j] = v
         if nf > 0:
-            _chol_apply(L, nf, rhs, sol)
+            chol_solve(L, nf, rhs, sol)
         step, jmin = 1.0, -1
         for j in range(nf):
             k = free[j]
@@ -851,7 +530,7 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
             k = free[jmin]
             pin[k] = kind[k]
             x[k] = 0.0 if kind[k] == 1 else h[k]
-            _chol_remove(L, nf, jmin)
+            chol_remove(L, nf, jmin)
             for j in range(jmin + 1, nf):
                 free[j - 1] = free[j]
             nf -= 1
@@ -872,7 +551,7 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
                 if kind[k] != 0:  # bounds were in play: the caller checks the pins
                     return True, steps + 1
             return True, steps
-        if not _chol_append(G, free, nf, kw, L, rel_pivot):
+        if not chol_append(G, free, nf, kw, L, rel_pivot):
             return False, steps
         pin[kw] = 0
         free[nf] = kw
@@ -916,7 +595,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
                     worst, kw = v, k
         if kw < 0:
             # free part feasible: release a pinned bound whose gradient pulls inside
-            _qmm_matvec(X, mlist, m, x, tmp, q)
+            gram_matvec(X, mlist, m, x, tmp, q)
             worst, kw = 1e-9 * max(1.0, np.abs(b[:m]).max() if m > 0 else 1.0), -1
             for k in range(m):
                 if pin[k] != 0:
@@ -1073,7 +752,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     With A = [y_k x_k]_{k in M} and exact gradients g_M = A^T w - 1 in g, the
     smallest change of w within range(A) that zeroes them is dw = -(A^T)^+ g_M =
     -U L^-1 U^T (A g_M), U and L the eigenvectors and eigenvalues of A A^T above the
-    rank cut (:func:`_row_space`). The multipliers follow as the bounded
+    rank cut (:func:`row_space`). The multipliers follow as the bounded
     least-squares fit A dbeta = dw / kappa in which one at 0 may only grow and one at
     its upper bound only shrink (:func:`_direction_dense` with that target). beta_M
     is updated and clipped to its box; the caller recomputes w and the gradients and
@@ -1093,7 +772,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
         i = mlist[k]
         row_axpy(indptr, indices, data, i, y[i] * g[i], ag)
     cols = np.arange(m)
-    first, V, lam = _row_space(X, mlist, cols, m, d, 1e-11)
+    first, V, lam = row_space(X, mlist, cols, m, d, 1e-11)
     if first == d:
         return False
     U = np.ascontiguousarray(V[:, first:])
@@ -1212,13 +891,13 @@ def _newton_repair(X, S, W, F, kappa, tau, gram_max_m):
     free = np.arange(m)
     L = np.empty((m, m))
     for k in range(m):
-        if not _chol_append(G, free, k, k, L, 1e-10):
+        if not chol_append(G, free, k, k, L, 1e-10):
             return False
     rhs = np.empty(m)
     for k in range(m):
         rhs[k] = -gres[k] / kappa
     delta = np.empty(m)
-    _chol_apply(L, m, rhs, delta)
+    chol_solve(L, m, rhs, delta)
     for k in range(m):
         i = mlist[k]
         nb = min(max(beta[i] + delta[k], 0.0), upper_bound(y[i], sw[i], tau))
@@ -1967,47 +1646,3 @@ def set_counts(state, cidx, cto, cptr, out):
             c[state[i]] += 1
         for s in range(3):
             out[s, k] = c[s]
-
-
-@njit(cache=True, nogil=True)
-def row_hashes(indptr, indices, data, y, out):
-    """A 64-bit FNV-1a hash of each row's label, indices and value bits."""
-    bits = data.view(np.int64)
-    for i in range(len(indptr) - 1):
-        h = np.uint64(14695981039346656037)
-        prime = np.uint64(1099511628211)
-        h = (h ^ np.uint64(1 if y[i] > 0 else 2)) * prime
-        for p in range(indptr[i], indptr[i + 1]):
-            h = (h ^ np.uint64(indices[p])) * prime
-            h = (h ^ np.uint64(bits[p])) * prime
-        out[i] = np.int64(h)
-
-
-@njit(cache=True, nogil=True)
-def merge_groups(indptr, indices, data, y, order, hashes, group):
-    """Rows sorted by hash (``order``): equal rows (same label hash and same entries as
-    the first row of their run) share a group id. Returns the number of groups."""
-    ng = 0
-    lead = -1
-    for t in range(len(order)):
-        i = order[t]
-        same = False
-        if lead >= 0 and hashes[i] == hashes[lead] and y[i] == y[lead]:
-            a0, a1 = indptr[lead], indptr[lead + 1]
-            b0, b1 = indptr[i], indptr[i + 1]
-            if a1 - a0 == b1 - b0:
-                same = True
-                for k in range(a1 - a0):
-                    if (
-                        indices[a0 + k] != indices[b0 + k]
-                        or data[a0 + k] != data[b0 + k]
-                    ):
-                        same = False
-                        break
-        if same:
-            group[i] = group[lead]
-        else:
-            lead = i
-            group[i] = ng
-            ng += 1
-    return ng

@@ -36,6 +36,7 @@ from bigrate.errors import BigrateWarning
 from bigrate.progress import Progress
 from bigrate.quantile import _kernels as K
 from bigrate.solvers import dual_cd
+from bigrate.solvers.duplicate_rows import merge_groups, row_hashes
 
 # direction="auto" solves densely up to this many design columns (a d x d eigenproblem
 # per primal direction), and by Cholesky on the Gram matrix up to this |M|
@@ -714,10 +715,10 @@ def _merge_rows(Xc: sp.csr_matrix, y: np.ndarray, sw: np.ndarray):
     n = Xc.shape[0]
     h = np.empty(n, np.int64)
     ip, ix = Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64)
-    K.row_hashes(ip, ix, Xc.data, y, h)
+    row_hashes(ip, ix, Xc.data, y, h)
     order = np.argsort(h, kind="stable")
     group = np.empty(n, np.int64)
-    ng = K.merge_groups(ip, ix, Xc.data, y, order, h, group)
+    ng = merge_groups(ip, ix, Xc.data, y, order, h, group)
     return group, int(ng)
 
 

@@ -177,6 +177,7 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
     from scipy.optimize import nnls as scipy_nnls
 
     from bigrate.quantile import _kernels as K
+    from bigrate.solvers.least_squares import factor_lsq, nnls
 
     rng = np.random.default_rng(0)
     for trial in range(200):
@@ -223,7 +224,7 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
             # the reference's basis of the complement of range(A): from an SVD
             P = np.linalg.svd(A, full_matrices=True)[0][:, nu:]
             R = (none, L, ucols, np.ones(nu))
-        z, _ = K.nnls(Xt, np.arange(p), sgn, p, R, t, 1e-12, 10 * p + 50)
+        z, _ = nnls(Xt, np.arange(p), sgn, p, R, t, 1e-12, 10 * p + 50)
         ref, _ = scipy_nnls(P.T @ C, P.T @ t)
         assert (z >= 0).all()
         got = np.linalg.norm(P.T @ (C @ z - t))
@@ -232,7 +233,7 @@ def test_nnls_and_box_qp_kernels_match_reference_solvers():
             # and the least-squares fit of the rest on A_U, against lstsq
             rest = t - C @ z
             a = np.empty(nu)
-            K._factor_lsq(Xt, R, rest, a)
+            factor_lsq(Xt, R, rest, a)
             ref_a = np.linalg.lstsq(A, rest, rcond=None)[0]
             np.testing.assert_allclose(a, ref_a, rtol=1e-9, atol=1e-10)
     worked = 0
@@ -318,50 +319,6 @@ def test_kept_unbounded_factor_matches_the_gram_matrix_of_the_current_columns():
         np.testing.assert_allclose(L @ L.T, cols @ cols.T, atol=1e-10)
         kept += int(0 < before < 10 and KU[2][1] == before + 1)
     assert kept > 20 and dependent > 0  # calls that updated a kept factor
-
-
-def test_cholesky_factor_updated_by_appends_and_removals_equals_a_fresh_one():
-    """The box QP's factor of G[free, free] is grown by appends and shrunk by
-    removals (Givens); after any sequence it must be the factor of the current free
-    set and solve with it."""
-    from bigrate.quantile import _kernels as K
-
-    rng = np.random.default_rng(1)
-    for _ in range(50):
-        m = int(rng.integers(2, 30))
-        A = rng.standard_normal((m + 3, m))
-        G = A.T @ A
-        free, L, nf = np.empty(m, np.int64), np.empty((m, m)), 0
-        out = []
-        for _ in range(4 * m):
-            inside = free[:nf].tolist()
-            outside = [k for k in range(m) if k not in inside]
-            if outside and (nf == 0 or rng.random() < 0.6):
-                k = int(rng.choice(outside))
-                assert K._chol_append(G, free, nf, k, L, 1e-12)
-                free[nf] = k
-                nf += 1
-            else:
-                p = int(rng.integers(0, nf))
-                K._chol_remove(L, nf, p)
-                free[p : nf - 1] = free[p + 1 : nf].copy()
-                nf -= 1
-            if nf == 0:
-                continue
-            idx = free[:nf]
-            Lf = np.tril(L[:nf, :nf])
-            np.testing.assert_allclose(Lf @ Lf.T, G[np.ix_(idx, idx)], atol=1e-9)
-            assert (np.diag(Lf) > 0).all()
-            rhs = rng.standard_normal(nf)
-            K._chol_apply(L, nf, rhs, sol := np.empty(m))
-            out.append(np.abs(G[np.ix_(idx, idx)] @ sol[:nf] - rhs).max())
-        assert max(out) < 1e-8
-    # a dependent column is refused
-    G = np.ones((3, 3))
-    free = np.array([0, 0, 0])
-    L = np.empty((3, 3))
-    assert K._chol_append(G, free, 0, 0, L, 1e-10)
-    assert not K._chol_append(G, free, 1, 1, L, 1e-10)
 
 
 def test_path_is_continuous_at_kinks(fitted):
