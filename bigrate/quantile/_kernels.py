@@ -46,6 +46,193 @@ R_SET, M_SET, L_SET = 0, 1, 2
 # away from the span of the others
 PRIMAL_REL_PIVOT = 1e-8
 
+# ---- the path's state, by name -------------------------------------------------
+# The state lives in tuples of arrays (numba passes them to every step without
+# copying); these names are the positions. n rows (after merging duplicates), d
+# columns.
+
+# S, the path's state: where every row is and the dual and primal there
+S_STATE = 0  # int8[n]: each row's set, R_SET, M_SET or L_SET
+S_BETA = 1  # [n]: the scaled duals beta
+S_G = 2  # [n]: the gradients g_i = y_i x_i^T w - 1 (current for M and the list)
+S_W = 3  # [d]: w = kappa sum_i beta_i y_i x_i
+S_SL = 4  # [d]: s_L = sum over L of sw_i x_i
+S_MLIST = 5  # int64[n]: M's rows, first |M| entries
+S_MPOS = 6  # int64[n]: each row's position in mlist, -1 outside M
+S_DBETA = 7  # [n]: d beta / d tau of the last direction, per row
+S_TAU_LEFT = 8  # [n]: when a row last left M (tau + 2 the first time at that tau,
+#                 -2 - tau once it came back at tau, tau the second time)
+S_AT = 9  # [4]: where the path is, AT_* below
+S_SQN = 10  # [n]: the rows' squared norms
+S_LSUM = 11  # [4, d]: s_L's sums by class with their rounding errors (_lsum_row),
+#              formed at every refresh and kept by the events between
+S_MSORTED = 12  # int64[n]: M's rows in increasing order, the beta records' order
+S_LEN = 13
+
+# S[S_AT]: where the path is
+AT_TAU = 0  # tau
+AT_M = 1  # |M|
+AT_ZERO_RUN = 2  # zero-length steps taken at this tau
+AT_PLATEAU_TAU = 3  # the tau of the last plateau check
+
+# W, a kink's work arrays
+W_TMP = 0  # [d]
+W_R = 1  # [n]
+W_P = 2  # [n]
+W_Q = 3  # [n]
+W_B = 4  # [n]: the direction's right-hand side
+W_X = 5  # [n]: the direction d beta_M / d tau, by position in mlist
+W_U = 6  # [d]: d w / d tau
+W_DG = 7  # [n]: d g / d tau of the rows whose events are searched
+W_CAND = 8  # [n]: each row's step to its event
+W_SORTBUF = 9  # int64[n]: the events of a kink
+W_KIND = 10  # int8[n]: where an M row goes at its event (L_SET or R_SET)
+W_LO = 11  # [n]: box work of the repairs
+W_HI = 12  # [n]
+W_CRATE = 13  # [n]: the rate of the quantity that reaches its limit at cand
+W_LEN = 14
+
+# F, the direction's work and what it keeps between kinks
+F_FREE = 0  # int64[n]: the active set's free list
+F_PINNED = 1  # int8[n]
+F_RHS = 2  # [n]
+F_XFREE = 3  # [n]
+F_GRAM = 4  # [c, c]: M's Gram matrix kept between kinks (_gram)
+F_GRAM_ROWS = 5  # int64[c]: the row of each of its positions, -1 at first
+F_KEPT_L = 6  # [c, c]: the Cholesky factor of its free part (_kept_free_factor)
+F_KEPT_ROWS = 7  # int64[c]: the row of each of the factor's lines
+F_KEPT_META = 8  # int64[2]: (lines, calls since it was formed)
+F_MC_PTR = 9  # the margin rows' copy (_margin_copy; empty without dense
+F_MC_IND = 10  # directions): formed at the first primal kink of a call and kept by
+F_MC_DAT = 11  # the events; CSR rows in M's order, their labels, weights and
+F_MC_Y = 12  # norms, each row's slot and (rows, valid, generation)
+F_MC_SW = 13
+F_MC_XNORM = 14
+F_MC_SLOT = 15
+F_MC_META = 16
+F_U_L = 17  # the primal route's Cholesky factor of the unbounded columns
+F_U_SLOTS = 18  # (_unbounded_factor): L, its columns' slots, meta, positions
+F_U_META = 19
+F_U_POS = 20
+F_LEN = 21
+# the parts of F that functions take whole
+F_KEPT, F_KEPT_END = F_KEPT_L, F_MC_PTR
+F_MC, F_MC_END = F_MC_PTR, F_U_L
+F_U, F_U_END = F_U_L, F_LEN
+# within the margin rows' copy F[F_MC:F_MC_END]: its rows' slots and its meta
+MC_SLOT, MC_META = F_MC_SLOT - F_MC, F_MC_META - F_MC
+
+# V, the candidate list (_rebuild): the rows whose events the path looks at, with
+# their gradients kept current between rebuilds (g has them as of the last
+# rebuild; rows outside M and the list are not kept current); its scalars are the
+# V_* slots of vs below
+CL_LIST = 0  # int64[n]: the listed rows
+CL_FLAG = 1  # int8[n]: listed or not, by row
+CL_WREF = 2  # [d]: the w the list was built at
+CL_RAT = 3  # [n]: work
+CL_XNORM = 4  # [n]: the rows' 2-norms
+CL_PTR = 5  # int64[n+1], CL_IND, CL_DAT: the listed rows' copy in list order (CSR)
+CL_IND = 6
+CL_DAT = 7
+CL_MID = 8  # int64[n]: the middle list
+CL_MID_FLAG = 9  # int8[n]
+CL_W2 = 10  # [d]: the w of the last full rebuild
+CL_G = 11  # [n], by list entry: the gradient,
+CL_DG = 12  # its rate,
+CL_CAND = 13  # the step to the entry's event,
+CL_CRATE = 14  # the rate there,
+CL_POS = 15  # int64[n], by row: its entry in the list
+CL_LEN = 16
+
+# cnt, what the path did (QuantilePathSVC.diagnostics_ reads it)
+N_KINKS = 0  # kinks recorded
+N_BETA_USED = 1  # entries of the beta records used
+N_CHANGES_USED = 2  # entries of the index-change records used
+N_CG_ITERATIONS = 3
+N_RECOVERIES = 4  # margin drift repaired (Newton steps and refreshes)
+N_ZERO_STEPS = 5
+N_REFRESHES = 6
+N_DEGENERATE = 7  # degenerate directions (an active set was needed)
+N_ACTIVE_SET_STEPS = 8
+N_PRIMAL_DIRECTIONS = 9  # directions solved in the primal
+N_ROWS_EXAMINED = 10  # rows examined for events
+N_RADIUS_EXITS = 11  # refreshes because a segment left the list's radius
+N_RADIUS_REGROWTHS = 12
+N_LSQ_REPAIRS = 13  # refresh repairs by least squares
+N_CD_REPAIRS = 14  # refresh repairs by coordinate descent
+N_DRIFT_REFRESHES = 15  # refreshes brought forward by drift at a kink
+N_FULL_REBUILDS = 16  # full rebuilds of the list
+N_ROWS_REBUILT = 17  # rows whose gradient rebuilds computed
+N_PRIMAL_DEPENDENT = 18  # primal directions whose unbounded columns were dependent
+N_COUNTERS = 19
+
+# tols, the path's tolerances and settings
+TOL_TIE = 0  # events closer than this in tau are one
+TOL_CG = 1  # CG's relative tolerance
+TOL_DRIFT = 2  # the margin drift |g_M| repaired
+TOL_RATE = 3  # rates this small are zero
+TOL_REFRESH_EVERY = 4  # the most advances between two refreshes
+TOL_CG_FACTOR = 5  # CG iterations per |M| at most
+TOL_DENSE_D = 6  # the largest d of dense directions (0: always CG)
+TOL_GRAM_M = 7  # the largest |M| of the Gram route
+TOL_REBUILD_COST = 8  # a list rebuild's cost in row evaluations a row (_rebuild)
+TOL_KEPT_CALLS = 9  # directions between factorisations of the kept factor
+N_TOLS = 10
+
+# V, the candidate list
+CL_LIST = 0
+CL_FLAG = 1
+CL_WREF = 2
+CL_RAT = 3
+CL_XNORM = 4
+CL_PTR = 5
+CL_IND = 6
+CL_DAT = 7
+CL_MID = 8
+CL_MID_FLAG = 9
+CL_W2 = 10
+CL_G = 11
+CL_DG = 12
+CL_CAND = 13
+CL_CRATE = 14
+CL_POS = 15
+CL_LEN = 16
+
+# cnt, what the path did (QuantilePathSVC.diagnostics_ reads it)
+N_KINKS = 0
+N_BETA_USED = 1
+N_CHANGES_USED = 2
+N_CG_ITERATIONS = 3
+N_RECOVERIES = 4
+N_ZERO_STEPS = 5
+N_REFRESHES = 6
+N_DEGENERATE = 7
+N_ACTIVE_SET_STEPS = 8
+N_PRIMAL_DIRECTIONS = 9
+N_ROWS_EXAMINED = 10
+N_RADIUS_EXITS = 11
+N_RADIUS_REGROWTHS = 12
+N_LSQ_REPAIRS = 13
+N_CD_REPAIRS = 14
+N_DRIFT_REFRESHES = 15
+N_FULL_REBUILDS = 16
+N_ROWS_REBUILT = 17
+N_PRIMAL_DEPENDENT = 18
+N_COUNTERS = 19
+
+# tols, the path's tolerances and settings
+TOL_TIE = 0
+TOL_CG = 1
+TOL_DRIFT = 2
+TOL_RATE = 3
+TOL_REFRESH_EVERY = 4
+TOL_CG_FACTOR = 5
+TOL_DENSE_D = 6
+TOL_GRAM_M = 7
+TOL_REBUILD_COST = 8
+TOL_KEPT_CALLS = 9
+N_TOLS = 10
+
 # status codes of dpf_run
 DONE = 0  # tau reached 1
 CHUNK = 1  # max_kinks recorded in this call; call again
@@ -123,19 +310,19 @@ def _lsum_row(X, lsum, i, sign):
 @njit(cache=True, nogil=True)
 def primal_from_lsum(X, S, tau, kappa):
     """w = kappa (sum_M beta y x + (1 - tau) P - tau N) and s_L = P + N, with P and N
-    the error set's running sums of sw x by class (S[11], :func:`_lsum_row`): since
+    the error set's running sums of sw x by class (S[S_LSUM], :func:`_lsum_row`): since
     ub(tau) y x is sw (1 - tau) x for a positive and -sw tau x for a negative, only
     the margin rows are read, O(nnz(M)) where a sum over L from scratch reads most of
     X (a9a: 2.3 ns a non-zero over all rows, 9% of the path)."""
     indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    lsum = S[11]
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
+    lsum = S[S_LSUM]
     for j in range(len(w)):
         pj = lsum[0, j] + lsum[1, j]
         nj = lsum[2, j] + lsum[3, j]
         w[j] = kappa * ((1.0 - tau) * pj - tau * nj)
         s_l[j] = pj + nj
-    for k in range(int(scal[1])):
+    for k in range(int(scal[AT_M])):
         i = mlist[k]
         row_axpy(indptr, indices, data, i, kappa * beta[i] * y[i], w)
 
@@ -299,8 +486,8 @@ def _direction_dense(
     nnz) where summing A a over M reads every margin row (~5,000 at a9a's primal
     kinks)."""
     indptr, indices, data, y, sw = X
-    x = W[5]
-    pin = F[1]
+    x = W[W_X]
+    pin = F[F_PINNED]
     nu, nb = 0, 0
     for k in range(m):
         if kind[k] == 0:
@@ -572,7 +759,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
     active-set steps)."""
     indptr, indices, data, y, sw = X
     tmp, r, p, q, b, x, u, dg, cand, sortbuf, _, lo, hi, crate = W
-    fl, pin, rhs, xf = F[0], F[1], F[2], F[3]
+    fl, pin, rhs, xf = F[F_FREE], F[F_PINNED], F[F_RHS], F[F_XFREE]
     cgmax = int(cg_factor * m) + 50
     for k in range(m):
         i = mlist[k]
@@ -679,15 +866,15 @@ def _direction(
     margin rows from XM at ML's entries, with their norms in xnm (X, mlist and
     xnorm, or with compact the margin rows' copy: :func:`_margin_copy`)."""
     indptr, indices, data, y, sw = X
-    tmp, b, x, u, kind = W[0], W[4], W[5], W[6], W[10]
-    pin = F[1]
+    tmp, b, x, u, kind = W[W_TMP], W[W_B], W[W_X], W[W_U], W[W_KIND]
+    pin = F[F_PINNED]
     d = len(u)
     two_sided = _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind)
     it, steps, route = 0, 0, 0
     if d <= dense_max_d and m > 0 and not two_sided:
         route = 1
         solved = False
-        Gc, gm = F[4], F[5]
+        Gc, gm = F[F_GRAM], F[F_GRAM_ROWS]
         if m <= d and m <= gram_max_m and m <= len(gm):
             h = np.empty(m)
             for k in range(m):
@@ -695,18 +882,18 @@ def _direction(
             _gram(X, mlist, m, s_l, tmp, Gc, gm, b)
             free = np.empty(m, np.int64)
             nf = _kept_free_factor(
-                Gc, mlist, m, mpos, kind, F[6:9], free, 1e-10, kept_calls
+                Gc, mlist, m, mpos, kind, F[F_KEPT:F_KEPT_END], free, 1e-10, kept_calls
             )
             if nf >= 0:
                 solved, steps = _box_qp_from(
-                    Gc, b, m, kind, h, x, pin, 1e-10, F[6], free, nf
+                    Gc, b, m, kind, h, x, pin, 1e-10, F[F_KEPT_L], free, nf
                 )
         if not solved:
             # the unbounded columns' factor is kept while ML holds the margin rows'
             # copy's slots (compact; formed anew at every call otherwise)
-            gen = F[16][2] if compact else -1
+            gen = F[F_MC_META][2] if compact else -1
             steps, dependent = _direction_dense(
-                XM, ML, m, kind, s_l, d, W, F, 1e-11, xnm, 1.0, u, F[17:21], gen,
+                XM, ML, m, kind, s_l, d, W, F, 1e-11, xnm, 1.0, u, F[F_U:F_U_END], gen,
                 kept_calls if compact else 0,
             )  # fmt: skip
             route = 3 if dependent else 2
@@ -761,9 +948,9 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     with nothing changed, where M is empty or a multiplier is boxed from both
     sides."""
     indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    x, kind = W[5], W[10]
-    m = int(scal[1])
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
+    x, kind = W[W_X], W[W_KIND]
+    m = int(scal[AT_M])
     d = len(w)
     if m == 0 or _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
         return False
@@ -780,7 +967,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     for j in range(d):
         t[j] = -t[j] / kappa
     _direction_dense(
-        X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0, np.empty(d), F[17:21], -1, 0
+        X, mlist, m, kind, t, d, W, F, 1e-11, xnorm, 0.0, np.empty(d), F[F_U:F_U_END], -1, 0
     )  # fmt: skip
     for k in range(m):
         i = mlist[k]
@@ -795,10 +982,10 @@ def _exact_from_sets(X, S, kappa, tau):
     the optimum). The other rows' gradients are the next rebuild's
     (:func:`_rebuild`)."""
     indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
     primal_from_lsum(X, S, tau, kappa)
     drift = 0.0
-    for k in range(int(scal[1])):
+    for k in range(int(scal[AT_M])):
         i = mlist[k]
         g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
         drift = max(drift, abs(g[i]))
@@ -817,12 +1004,12 @@ def _refresh(
     (:func:`_lsq_repair`), by coordinate descent over M, from the multipliers as
     they were, where those do not bring the drift under drift_tol. False if w is not
     finite."""
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    x, lo, hi = W[5], W[11], W[12]
-    m = int(scal[1])
-    cnt[6] += 1
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
+    x, lo, hi = W[W_X], W[W_LO], W[W_HI]
+    m = int(scal[AT_M])
+    cnt[N_REFRESHES] += 1
     if full:
-        lsum_from_sets(X, state, S[11])
+        lsum_from_sets(X, state, S[S_LSUM])
     drift = _exact_from_sets(X, S, kappa, tau)
     diag[0] = max(diag[0], drift)
     if drift > drift_tol:
@@ -840,14 +1027,14 @@ def _refresh(
             # a state coordinate descent takes many more sweeps to settle
             for k in range(m):
                 beta[mlist[k]] = kept[k]
-            cnt[8] += resolve_margin(
+            cnt[N_ACTIVE_SET_STEPS] += resolve_margin(
                 X, sqn, state, beta, tau, kappa, w, s_l, g, mlist, m, x, lo, hi,
                 eps_tie, 100000,
             )  # fmt: skip
-            cnt[14] += 1
+            cnt[N_CD_REPAIRS] += 1
         else:
-            cnt[13] += 1
-        cnt[4] += 1
+            cnt[N_LSQ_REPAIRS] += 1
+        cnt[N_RECOVERIES] += 1
     for k in range(m):
         g[mlist[k]] = 0.0
     for j in range(len(w)):
@@ -875,15 +1062,15 @@ def _newton_repair(X, S, W, F, kappa, tau, gram_max_m):
     gradients on M move by kappa Q_MM dbeta_M, so dbeta_M = -(kappa Q_MM)^-1 g_M
     (from the Cholesky factor of the Gram matrix kept between kinks), w follows, and
     nothing outside M is read: O(|M|^3 / 6 + |M| nnz) where a refresh with
-    coordinate descent reads every row several times. Expects g_M in W[5][:m] (from
+    coordinate descent reads every row several times. Expects g_M in W[W_X][:m] (from
     :func:`_margin_drift`). False, with nothing changed, when Q_MM is too large for
     the Gram route or numerically singular (|M| above the rank): the caller then
     refreshes."""
     indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    tmp, gres, b = W[0], W[5], W[4]
-    G, gm = F[4], F[5]
-    m = int(scal[1])
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
+    tmp, gres, b = W[W_TMP], W[W_X], W[W_B]
+    G, gm = F[F_GRAM], F[F_GRAM_ROWS]
+    m = int(scal[AT_M])
     d = len(w)
     if m == 0 or m > d or m > gram_max_m or m > len(gm):
         return False
@@ -909,8 +1096,8 @@ def _newton_repair(X, S, W, F, kappa, tau, gram_max_m):
 @njit(cache=True, nogil=True)
 def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     """The candidate list (a Verlet list) at w, with the exact gradients of the rows
-    it is chosen from; counts full rebuilds in cnt[16] and the rows whose gradient
-    was computed in cnt[17].
+    it is chosen from; counts full rebuilds in cnt[N_FULL_REBUILDS] and the rows whose gradient
+    was computed in cnt[N_ROWS_REBUILT].
 
     A row outside M has an event (its gradient reaches 0) or a tie (|g| <= gtol) at
     some w' only if |g_i(w)| - gtol <= |y_i x_i . (w' - w)| <= ||x_i|| ||w' - w||. So
@@ -936,8 +1123,8 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     outside the middle list stay those of w2. All of a9a: the rows read by
     rebuilds 2,637 x n -> ~20% of that, the path 16.5 -> 14.8 s."""
     indptr, indices, data, y = X[0], X[1], X[2], X[3]
-    clist, cflag, wref, rat, xnorm = V[:5]
-    mid, mflag, w2 = V[8], V[9], V[10]
+    clist, cflag, wref, rat, xnorm = V[:CL_PTR]
+    mid, mflag, w2 = V[CL_MID], V[CL_MID_FLAG], V[CL_W2]
     n = len(g)
     d = len(w)
     nc = int(vs[V_NCAND])
@@ -1049,15 +1236,15 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     vs[V_RADIUS] = radius
     vs[V_SINCE] = 0
     vs[V_VALID] = 1
-    cnt[17] += computed
+    cnt[N_ROWS_REBUILT] += computed
     if full:
-        cnt[16] += 1
+        cnt[N_FULL_REBUILDS] += 1
 
 
 @njit(cache=True, nogil=True)
 def _margin_copy(X, mlist, m, F, xnorm):
     """Form the margin rows' copy anew, slot k holding position k's row. The copy is
-    F[9:17] = (cptr int64[n+1], cind int64[c], cdat[c], y[n], sw[n], xnorm[n],
+    F[F_MC:F_MC_END] = (cptr int64[n+1], cind int64[c], cdat[c], y[n], sw[n], xnorm[n],
     slot int64[n], meta int64[3]): a CSR of slots with each slot's label, weight
     and norm, the slot of each position of M, and meta = (slots used, valid,
     generation: the number of times it was formed). With
@@ -1066,7 +1253,7 @@ def _margin_copy(X, mlist, m, F, xnorm):
     pinned rows' rates, the drift check) read them in order from one block: on
     a9a's ~5,000 margin rows a pass takes a third of the time it takes through
     X's rows at random."""
-    cptr, slot, meta = F[9], F[15], F[16]
+    cptr, slot, meta = F[F_MC_PTR], F[F_MC_SLOT], F[F_MC_META]
     cptr[0] = 0
     for k in range(m):
         _copy_slot(X, F, mlist[k], k, xnorm)
@@ -1080,8 +1267,8 @@ def _margin_copy(X, mlist, m, F, xnorm):
 def _margin_rows(X, mlist, xnorm, F, want):
     """Where the margin rows are read: (rows, their entries by position, norms) of
     the margin rows' copy where wanted and current, else X, mlist and xnorm."""
-    if want and F[16][1] != 0:
-        return F[9:14], F[15], F[14]
+    if want and F[F_MC_META][1] != 0:
+        return F[F_MC_PTR:F_MC_XNORM], F[F_MC_SLOT], F[F_MC_XNORM]
     return X, mlist, xnorm
 
 
@@ -1090,7 +1277,7 @@ def _margin_copy_add(X, F, i, pos, xnorm):
     """Row i enters M at position pos: appended to the copy as a new slot; where
     the copy is full it is marked stale (formed anew when next needed)."""
     indptr = X[0]
-    cptr, cind, slot, meta = F[9], F[10], F[15], F[16]
+    cptr, cind, slot, meta = F[F_MC_PTR], F[F_MC_IND], F[F_MC_SLOT], F[F_MC_META]
     if meta[1] == 0:
         return
     sl = meta[0]
@@ -1107,7 +1294,7 @@ def _copy_slot(X, F, i, sl, xnorm):
     """Row i (values, label, weight, norm) into the margin rows' copy as slot sl,
     from cptr[sl] on (which must have room)."""
     indptr, indices, data, y, sw = X
-    cptr, cind, cdat, yc, swc, xnc = F[9:15]
+    cptr, cind, cdat, yc, swc, xnc = F[F_MC_PTR:F_MC_SLOT]
     q = cptr[sl]
     for p in range(indptr[i], indptr[i + 1]):
         cind[q] = indices[p]
@@ -1124,7 +1311,7 @@ def _list_row(X, V, nc, i, gi):
     """Row i, with its gradient gi, as the candidate list's entry nc - 1: its values
     copied into the compact rows, gi into the list-order gradients."""
     indptr, indices, data = X[0], X[1], X[2]
-    cptr, cind, cdat, cg, cpos = V[5], V[6], V[7], V[11], V[15]
+    cptr, cind, cdat, cg, cpos = V[CL_PTR], V[CL_IND], V[CL_DAT], V[CL_G], V[CL_POS]
     cg[nc - 1] = gi
     cpos[i] = nc - 1
     q = cptr[nc - 1]
@@ -1143,14 +1330,14 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
     at the positions' entries in ML (X and mlist, or the margin rows' copy:
     :func:`_margin_copy`)."""
     indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    dg, cand, kind, crate = W[7], W[8], W[10], W[13]
-    pinned = F[1]
-    clist, cptr, cind, cdat = V[0], V[5], V[6], V[7]
-    cg, cdg, ccand, ccrate = V[11], V[12], V[13], V[14]
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:S_LSUM]
+    dg, cand, kind, crate = W[W_DG], W[W_CAND], W[W_KIND], W[W_CRATE]
+    pinned = F[F_PINNED]
+    clist, cptr, cind, cdat = V[CL_LIST], V[CL_PTR], V[CL_IND], V[CL_DAT]
+    cg, cdg, ccand, ccrate = V[CL_G], V[CL_DG], V[CL_CAND], V[CL_CRATE]
     eps_tie, rate_tol, gtol, dtol = tols3
-    tau = scal[0]
-    m = int(scal[1])
+    tau = scal[AT_TAU]
+    m = int(scal[AT_M])
     nc = int(vs[V_NCAND])
     if degenerate:
         # after a degenerate direction, margin rows whose gradient moves off 0 to
@@ -1230,202 +1417,117 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
 def _rerecord(msorted, m, beta, kink_bptr, bstore, cnt):
     """Rewrite the last kink's beta record after a refresh at its tau (same M, beta
     repaired), so that what a recovered solution interpolates is the repaired one."""
-    kc = cnt[0]
+    kc = cnt[N_KINKS]
     if kc > 0 and kink_bptr[kc] - kink_bptr[kc - 1] == m:
         _record_beta(msorted, m, beta, bstore, kink_bptr[kc - 1])
 
 
 @njit(cache=True, nogil=True)
 def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
-    """Follow the path from the state S until tau = 1, max_kinks new kinks, or full
-    buffers.
+    """Follow the path from the state S until tau = 1, ``max_kinks`` new kinks or full
+    output buffers; returns a status code (DONE, CHUNK, BUFFER_FULL, ...).
 
-    S = (state int8[n], beta[n], g[n], w[d], s_l[d], mlist int64[n], mpos int64[n],
-         dbeta[n] (last direction, per index), tau_left[n] (tau at which an index last
-         left M: tau + 2 the first time at that tau, -2 - tau once it came back at
-         tau, tau the second time), scal[4] = (tau, |M|, zero steps at this tau, tau of the last plateau
-         check), sqn[n], lsum[4, d] (the error set's sums of sw x by class with
-         their rounding errors, :func:`_lsum_row`; formed at every refresh with
-         V_VALID = 0 and kept by the events between), msorted int64[n] (M's indices
-         in increasing order, the order of the beta records; likewise formed and
-         kept)).
-    W = (tmp[d], r[n], p[n], q[n], b[n], x[n], u[d], dg[n], cand[n], sortbuf int64[n],
-         kind int8[n] (where an M index goes at its event), lo[n], hi[n], crate[n]
-         (the rate of the quantity that reaches its limit at cand)).
-    F = (free list int64[n], pinned int8[n], rhs[n], x_free[n], G[c, c], gm int64[c],
-         Lk[c, c], krows int64[c], kmeta int64[2], margin rows' copy (8 arrays),
-         the unbounded columns' kept factor (4 arrays))
-        active-set work, the Gram matrix of M kept between kinks (gm: the row of
-        each position, -1 at first; see :func:`_gram`), the Cholesky factor of
-        its free part (krows: the row of each of its lines; kmeta = (lines, calls
-        since formed), zeros at first; see :func:`_kept_free_factor`; the box QP
-        works below its lines, :func:`_box_qp_from`), then the margin rows' copy
-        F[9:17] (:func:`_margin_copy`; arrays of length 0 without dense
-        directions), formed at the first primal kink of a call and kept by the
-        events, and the Cholesky factor of the unbounded columns of the primal
-        route F[17:21] (:func:`_unbounded_factor`).
-    O = (kink_tau[K], kink_bptr int64[K+1], bstore[B], kink_cptr int64[K+1],
-         cidx int64[C], cto int8[C], cnt int64[19], diag[4]) with cnt = (kinks,
-         b_used, c_used, CG iterations, recoveries, zero steps, refreshes,
-         degenerate directions, active-set steps, directions solved in the primal,
-         rows examined for events, rebuilds because a segment left the radius,
-         radius regrowths, refresh repairs by least squares, refresh repairs by
-         coordinate descent, refreshes brought forward by drift at a kink, full
-         rebuilds of the list, rows whose gradient rebuilds computed, primal
-         directions whose unbounded columns were dependent) and diag =
-         (largest KKT drift on M, -, -, -).
-    V = (clist int64[n], cflag int8[n], wref[d], rat[n], xnorm[n], cptr int64[n+1],
-        cind[nnz], cdat[nnz], mid int64[n], mflag int8[n], w2[d], cg[n], cdg[n],
-        ccand[n], ccrate[n], cpos int64[n]): the candidate list (see
-        :func:`_rebuild`), its flags, the w it was built at, work, the rows'
-        2-norms, the listed rows' copy in list order (CSR, cptr[0] = 0), the middle
-        list, its flags and the w of its full rebuild, and by list entry: the
-        gradient, its rate, the step to the entry's event and the rate there, and
-        each listed row's entry. vs[V_NSLOTS] holds the lists' scalars (V_*
-        slots). Between rebuilds the listed rows' gradients are those in cg (g has
-        them as of the last rebuild), and the gradients of rows outside M and the
-        list are not kept current.
-    tols = (event tie tolerance in tau, CG relative tolerance, drift threshold on g_M,
-            rate tolerance, refresh period in advances, CG max iterations per |M|,
-            the largest d for dense directions (0: always CG), the largest |M| for
-            the Gram route, the cost of a rebuild of the list in row evaluations
-            per row: see :func:`_rebuild`), the directions between factorisations
-            of the kept Cholesky factor (see :func:`_kept_free_factor`).
+    Between two kinks the sets R, M, L are fixed and the solution moves linearly in
+    tau (Yu et al., Alg. 1). Each kink takes the steps:
 
-    Each rebuild of the list is a refresh: w, s_L and every gradient are recomputed
-    exactly and margin drift is repaired; one happens at least every refresh period,
-    and whenever the next segment would leave the list's radius.
+    1. the direction: d beta_M / d tau solves Q_MM dbeta_M = y_M (X_M s_L) plus the
+       box terms (:func:`_direction`; an active set where M's boxes bind, the
+       primal where |M| is above the rank);
+    2. the rate of w, u = dw/dtau = kappa (X_M^T (y dbeta_M) - s_L)
+       (:func:`_rate_of_w`); where u vanishes the solution stays optimal on a
+       plateau, which the caller crosses in one programme (PLATEAU);
+    3. the events: the first tau at which a row outside M reaches g = 0 or a row of
+       M reaches its box (:func:`_events`, over the candidate list, exact while w
+       stays within its radius of the w it was built at, :func:`_within_radius`);
+    4. the advance to the event (:func:`_advance`): beta_M, w and the list's
+       gradients move by the step, and the events within the tie tolerance are
+       collected;
+    5. the events applied in index order (:func:`_apply_events`): rows move between
+       the sets, s_L and the records follow;
+    6. the certificate (:func:`_after_kink`): margin drift |g_M| checked and
+       repaired by a Newton step, and a refresh (w, s_L and every gradient
+       recomputed exactly, :func:`_refresh`, then the list rebuilt) at least every
+       ``tols[TOL_REFRESH_EVERY]`` kinks;
+    7. beta_M recorded at the kink, in increasing row order.
+
+    The state's arrays are named by the S_, W_, F_, CL_, AT_, N_ and TOL_ constants
+    above; O = (kink taus, beta records' offsets, beta records, index changes'
+    offsets, changed rows, their new sets, cnt, diag) are the growable outputs,
+    with diag[0] the largest KKT drift seen on M.
     """
-    indptr, indices, data, y, sw = X
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
-    lsum, msorted = S[11], S[12]
-    tmp, r, p, q, b, x, u, dg, cand, sortbuf, kind, lo, hi, crate = W
+    state, beta, g, w, mlist = S[S_STATE], S[S_BETA], S[S_G], S[S_W], S[S_MLIST]
+    scal, msorted, u = S[S_AT], S[S_MSORTED], W[W_U]
     kink_tau, kink_bptr, bstore, kink_cptr, cidx, cto, cnt, diag = O
-    clist, cflag, wref, rat, xnorm = V[:5]
-    mid, mflag = V[8], V[9]
-    cg, cdg, ccand, ccrate, cpos = V[11:16]
-    eps_tie, cg_rtol, drift_tol, rate_tol, refresh_f, cg_factor, dense_d, gram_m = tols[
-        :8
-    ]
-    rebuild_cost = tols[8]
-    kept_calls = int(tols[9])
-    refresh_every = int(refresh_f)
-    btol = 1e-9
+    wref, xnorm = V[CL_WREF], V[CL_XNORM]
+    eps_tie, drift_tol, rate_tol = tols[TOL_TIE], tols[TOL_DRIFT], tols[TOL_RATE]
+    refresh_every = int(tols[TOL_REFRESH_EVERY])
+    rebuild_cost = tols[TOL_REBUILD_COST]
     gtol = 100.0 * drift_tol  # gradients this close to 0 are ties
     vtol = 0.1 * drift_tol  # how far a tie may move a value when it is snapped
-    n = len(y)
+    n = len(state)
     d = len(w)
     xnmax = 0.0
     for i in range(n):
         xnmax = max(xnmax, xnorm[i])
-    dense = 0 < d <= int(dense_d)
+    dense = 0 < d <= int(tols[TOL_DENSE_D])
     new_kinks = 0
-    mcopy = F[9:17]
-    mcmeta = mcopy[7]
     # the sets may have changed since the last call: the margin rows' copy is
     # formed anew when a primal kink needs it
-    mcmeta[1] = 0
+    F[F_MC_META][1] = 0
     while True:
-        tau = scal[0]
-        m = int(scal[1])
+        tau = scal[AT_TAU]
+        m = int(scal[AT_M])
         if tau >= 1.0:
             return DONE
         if new_kinks >= max_kinks:
             return CHUNK
-        kc = cnt[0]
+        kc = cnt[N_KINKS]
         if (
             kc + 2 > len(kink_tau)
-            or cnt[1] + n > len(bstore)
-            or cnt[2] + 2 * n > len(cidx)
+            or cnt[N_BETA_USED] + n > len(bstore)
+            or cnt[N_CHANGES_USED] + 2 * n > len(cidx)
         ):
             return BUFFER_FULL
         if vs[V_VALID] == 0:
             # M may have changed outside (a plateau's programme): its sorted copy
             msorted[:m] = np.sort(mlist[:m])
-            if not _refresh(
-                X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense,
-                True,
-            ):  # fmt: skip
+            if not _resync(X, S, W, F, V, vs, O, kappa, tau, tols, dense, True, True):
                 return NOT_FINITE
-            _rebuild(X, state, g, w, gtol, V, vs, refresh_every, rebuild_cost, cnt)
-            _rerecord(msorted, m, beta, kink_bptr, bstore, cnt)
-        # 1. the direction on M; above the rank the margin rows are read from
-        # their copy (formed anew if stale)
-        big = dense and m > d and len(mcopy[6]) == n
-        if big and mcmeta[1] == 0:
-            _margin_copy(X, mlist, m, F, xnorm)
-        XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, big)
-        it, steps, route = _direction(
-            X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
-            int(dense_d), int(gram_m), xnorm, kept_calls, XM, ML, xnm, big,
-        )  # fmt: skip
-        degenerate = steps > 0
-        cnt[3] += it
-        cnt[8] += steps
-        if route >= 2:
-            cnt[9] += 1
-        if route == 3:
-            cnt[18] += 1
-        if degenerate:
-            cnt[7] += 1
-        # 2. u = dw/dtau = kappa (X_M^T (y dbeta) - s_L)
-        for j in range(d):
-            u[j] = kappa * (u[j] - s_l[j])
-        for k in range(m):
-            dbeta[mlist[k]] = x[k]
-        un, sn, u2 = 0.0, 0.0, 0.0
-        for j in range(d):
-            un = max(un, abs(u[j]))
-            sn = max(sn, kappa * abs(s_l[j]))
-            u2 += u[j] * u[j]
-        if un <= 1e-6 * sn and scal[3] != tau and m > d:
+        # 1. the direction on M
+        degenerate, XM, ML = _direction_at_kink(X, S, W, F, V, cnt, tols, m, dense)
+        # 2. u = dw/dtau
+        un, sn, unorm = _rate_of_w(S, W, kappa, m)
+        if un <= 1e-6 * sn and scal[AT_PLATEAU_TAU] != tau and m > d:
             if vs[V_SINCE] > 0:
                 # the plateau's programme starts from this kink's beta: refresh and
                 # repair it first (drift left there stays on the whole plateau)
                 vs[V_VALID] = 0
                 continue
-            scal[3] = tau
+            scal[AT_PLATEAU_TAU] = tau
             return PLATEAU
-        unorm = np.sqrt(u2)
         # rounding in a rate x_i . u grows with |x_i| |u|
         dtol = rate_tol + 1e-13 * xnmax * unorm
         # 3. events: N -> M from the gradients, M -> L / R from the boxes
         tols3 = (eps_tie, rate_tol, gtol, dtol)
         step, rarg = _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML)
-        cnt[10] += m + int(vs[V_NCAND])
-        if vs[V_MODE] != 0:
-            # the list is exact only while w stays within its radius of wref: check
-            # the segment's far end (tie band included)
-            ext = step + eps_tie
-            dist = 0.0
-            for j in range(d):
-                dist += (w[j] + ext * u[j] - wref[j]) ** 2
-            if np.sqrt(dist) > vs[V_RADIUS]:
-                if vs[V_SINCE] == 0:
-                    # gradients are exact at w = wref: widen the list to this
-                    # segment (a longer step than the drift measured so far)
-                    vs[V_RMIN] = 2.0 * ext * unorm
-                    _rebuild(
-                        X, state, g, w, gtol, V, vs, refresh_every, rebuild_cost, cnt
-                    )
-                    cnt[12] += 1
-                    step, rarg = _events(
-                        X, S, W, F, V, vs, u, degenerate, tols3, XM, ML
-                    )
-                    cnt[10] += m + int(vs[V_NCAND])
-                else:
-                    # refresh there and solve this segment again
-                    cnt[11] += 1
-                    if not _refresh(
-                        X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm,
-                        dense, False,
-                    ):  # fmt: skip
-                        return NOT_FINITE
-                    _rebuild(
-                        X, state, g, w, gtol, V, vs, refresh_every, rebuild_cost, cnt
-                    )
-                    _rerecord(msorted, m, beta, kink_bptr, bstore, cnt)
-                    continue
+        cnt[N_ROWS_EXAMINED] += m + int(vs[V_NCAND])
+        if vs[V_MODE] != 0 and not _within_radius(w, u, wref, step + eps_tie, vs):
+            if vs[V_SINCE] == 0:
+                # gradients are exact at w = wref: widen the list to this segment
+                # (a longer step than the drift measured so far)
+                vs[V_RMIN] = 2.0 * (step + eps_tie) * unorm
+                _rebuild(X, state, g, w, gtol, V, vs, refresh_every, rebuild_cost, cnt)
+                cnt[N_RADIUS_REGROWTHS] += 1
+                step, rarg = _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML)
+                cnt[N_ROWS_EXAMINED] += m + int(vs[V_NCAND])
+            else:
+                # refresh there and solve this segment again
+                cnt[N_RADIUS_EXITS] += 1
+                if not _resync(
+                    X, S, W, F, V, vs, O, kappa, tau, tols, dense, False, True
+                ):  # fmt: skip
+                    return NOT_FINITE
+                continue
         # 4. advance. A step within the tie tolerance in tau is a zero step only if
         # nothing would move by more than vtol over it: a degenerate direction can
         # have multipliers changing at rates of 1e4 and more, where snapping a 1e-11
@@ -1439,167 +1541,308 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         if new_tau >= 1.0:
             new_tau = 1.0
             step = 1.0 - tau
-        for k in range(m):
-            i = mlist[k]
-            beta[i] += step * dbeta[i]
-        for j in range(d):
-            w[j] += step * u[j]
-        # the list's gradients advance, and the events within the tie tolerance are
-        # collected in the same pass (one pass over the list fewer a kink)
-        nc = int(vs[V_NCAND])
-        lim = step + eps_tie
-        collect = new_tau < 1.0
-        ne = 0
-        if collect:
-            for k in range(m):
-                i = mlist[k]
-                if not (cand[i] > lim or (cand[i] - step) * crate[i] > vtol):
-                    sortbuf[ne] = i
-                    ne += 1
-        for c in range(nc):
-            i = clist[c]
-            if state[i] != M_SET:
-                cg[c] += step * cdg[c]
-                if collect and not (
-                    ccand[c] > lim or (ccand[c] - step) * ccrate[c] > vtol
-                ):
-                    sortbuf[ne] = i
-                    ne += 1
-        scal[0] = new_tau
+        ne = _advance(S, W, V, vs, m, step, new_tau < 1.0, step + eps_tie, vtol)
+        scal[AT_TAU] = new_tau
         # 5. apply every event within the tie tolerance, in index order
         zero = step == 0.0
-        if zero:
-            cnt[5] += 1
-            scal[2] += 1
-            if scal[2] > 2 * n + 10:
-                return STALLED
-            kc -= 1  # same tau: extend the last kink, rewrite its beta record
-            cnt[1] = kink_bptr[kc]
-        else:
-            scal[2] = 0
-            kink_tau[kc] = new_tau
-            kink_cptr[kc] = cnt[2]
-            kink_bptr[kc] = cnt[1]
-        c_used = cnt[2]
-        if collect:
-            ev = sortbuf[:ne]
-            ev.sort()
-            m_old = m
-            for e in range(ne):
-                i = ev[e]
-                s = state[i]
-                if s == M_SET:
-                    dest = kind[i]
-                    k = mpos[i]
-                    last = mlist[m - 1]
-                    mlist[k] = last
-                    if mcmeta[1] != 0:
-                        mcopy[6][k] = mcopy[6][m - 1]
-                    mpos[last] = k
-                    mpos[i] = -1
-                    m -= 1
-                    state[i] = dest
-                    # may come back once at this tau (tau_left = tau + 2), not
-                    # after it came back once already (tau_left = -2 - tau)
-                    if tau_left[i] == -2.0 - new_tau:
-                        tau_left[i] = new_tau
-                    else:
-                        tau_left[i] = new_tau + 2.0
-                    if dest == L_SET:
-                        beta[i] = upper_bound(y[i], sw[i], new_tau)
-                        row_axpy(indptr, indices, data, i, sw[i], s_l)
-                        _lsum_row(X, lsum, i, 1.0)
-                        g[i] = min(g[i], 0.0)
-                    else:
-                        beta[i] = 0.0
-                        g[i] = max(g[i], 0.0)
-                    if cflag[i] == 0:
-                        clist[nc] = i
-                        cflag[i] = 1
-                        nc += 1
-                        _list_row(X, V, nc, i, g[i])
-                    else:
-                        cg[cpos[i]] = g[i]
-                    if mflag[i] == 0:
-                        nmid = int(vs[V_NMID])
-                        mid[nmid] = i
-                        mflag[i] = 1
-                        vs[V_NMID] = nmid + 1
-                else:
-                    if s == L_SET:
-                        row_axpy(indptr, indices, data, i, -sw[i], s_l)
-                        _lsum_row(X, lsum, i, -1.0)
-                        beta[i] = upper_bound(y[i], sw[i], new_tau)
-                    else:
-                        beta[i] = 0.0
-                    state[i] = M_SET
-                    if tau_left[i] == new_tau + 2.0:
-                        tau_left[i] = -2.0 - new_tau
-                    g[i] = 0.0
-                    mlist[m] = i
-                    mpos[i] = m
-                    _margin_copy_add(X, F, i, m, xnorm)
-                    m += 1
-                    dbeta[i] = 0.0
-                cidx[c_used] = i
-                cto[c_used] = state[i]
-                c_used += 1
-            vs[V_NCAND] = nc
-            _merge_sorted(msorted, m_old, ev, ne, state)
-        cnt[2] = c_used
-        scal[1] = m
-        # 6. refresh and rebuild the list: exact w and gradients, drift repaired.
-        # Between refreshes, while Q_MM can be factorised, the margin rows' KKT drift
-        # is checked at every kink (O(|M| nnz), from the running w) and repaired by
-        # a Newton step: the beta recorded below is what a recovered solution
-        # interpolates. Where Q_MM is singular (|M| above the rank) the drift waits
-        # for a refresh, at most UNREPAIRED_REFRESH kinks away (sooner once it exceeds
-        # UNREPAIRED_DRIFT, and at once where a Newton step fell short of
-        # drift_tol): refreshing at every
-        # such kink made all of a9a 77 s against 47 s, waiting up to refresh_every
-        # kinks left a9a 2,000 rows with a duality gap of 6e-9
-        vs[V_SINCE] += 1
-        unrepaired = m > min(d, gram_m)
-        now = False
-        XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, dense and m > d)
-        if vs[V_SINCE] < refresh_every and new_tau < 1.0:
-            drift = _margin_drift(XM, ML, m, w, x)
-            diag[0] = max(diag[0], drift)
-            if unrepaired:
-                # drift waits for the refresh only while it is small
-                now = drift > UNREPAIRED_DRIFT
-            elif drift > drift_tol:
-                if _newton_repair(X, S, W, F, kappa, new_tau, gram_m):
-                    cnt[4] += 1
-                    # a step that multipliers' boxes cut short leaves the drift
-                    # (a9a 8,000 rows: 1e-2 kept, a kink's duality gap 5e-3)
-                    now = _margin_drift(XM, ML, m, w, x) > drift_tol
-                else:
-                    unrepaired = True
-                    now = drift > UNREPAIRED_DRIFT
-        if now:
-            cnt[15] += 1
-        since = vs[V_SINCE]
-        if (
-            now
-            or since >= refresh_every
-            or (unrepaired and since >= min(refresh_every, UNREPAIRED_REFRESH))
-            or new_tau >= 1.0
-        ):
-            if not _refresh(
-                X, S, W, F, kappa, new_tau, eps_tie, drift_tol, cnt, diag, xnorm, dense,
-                False,
-            ):  # fmt: skip
-                return NOT_FINITE
-            _rebuild(X, state, g, w, gtol, V, vs, refresh_every, rebuild_cost, cnt)
+        kc = _open_kink(O, scal, kc, new_tau, zero, n)
+        if kc < 0:
+            return STALLED
+        if new_tau < 1.0:
+            m = _apply_events(X, S, W, F, V, vs, O, m, ne, new_tau)
+        scal[AT_M] = m
+        # 6. the certificate: drift checked and repaired, a refresh when due
+        if not _after_kink(X, S, W, F, V, vs, O, kappa, new_tau, tols, xnorm, dense):
+            return NOT_FINITE
         # 7. record beta_M (sorted by index) at this kink
-        _record_beta(msorted, m, beta, bstore, cnt[1])
-        cnt[1] += m
-        kink_bptr[kc + 1] = cnt[1]
-        kink_cptr[kc + 1] = cnt[2]
+        _record_beta(msorted, m, beta, bstore, cnt[N_BETA_USED])
+        cnt[N_BETA_USED] += m
+        kink_bptr[kc + 1] = cnt[N_BETA_USED]
+        kink_cptr[kc + 1] = cnt[N_CHANGES_USED]
         if not zero:
             new_kinks += 1
-        cnt[0] = kc + 1
+        cnt[N_KINKS] = kc + 1
+
+
+@njit(cache=True, nogil=True)
+def _direction_at_kink(X, S, W, F, V, cnt, tols, m, dense):
+    """Step 1 of a kink: the direction on M (:func:`_direction`), with M's rows read
+    from their copy above the rank (formed anew if stale), counted in ``cnt``.
+    Returns (whether it was degenerate, the margin rows, their labels and weights)."""
+    mlist, xnorm, d = S[S_MLIST], V[CL_XNORM], len(S[S_W])
+    mcopy = F[F_MC:F_MC_END]
+    big = dense and m > d and len(mcopy[MC_SLOT]) == len(mlist)
+    if big and mcopy[MC_META][1] == 0:
+        _margin_copy(X, mlist, m, F, xnorm)
+    XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, big)
+    it, steps, route = _direction(
+        X, mlist, S[S_MPOS], m, S[S_BETA], S[S_AT][AT_TAU], S[S_SL], S[S_DBETA], W,
+        F, tols[TOL_CG], tols[TOL_CG_FACTOR], 1e-9, int(tols[TOL_DENSE_D]),
+        int(tols[TOL_GRAM_M]), xnorm, int(tols[TOL_KEPT_CALLS]), XM, ML, xnm, big,
+    )  # fmt: skip
+    cnt[N_CG_ITERATIONS] += it
+    cnt[N_ACTIVE_SET_STEPS] += steps
+    if route >= 2:
+        cnt[N_PRIMAL_DIRECTIONS] += 1
+    if route == 3:
+        cnt[N_PRIMAL_DEPENDENT] += 1
+    if steps > 0:
+        cnt[N_DEGENERATE] += 1
+    return steps > 0, XM, ML
+
+
+@njit(cache=True, nogil=True)
+def _open_kink(O, scal, kc, new_tau, zero, n):
+    """The records of the kink the path just reached, ``kc``: a zero-length step
+    extends the last kink instead (its beta record is written again; too many at one
+    tau are a degenerate cycle: -1). Returns the kink's index."""
+    kink_tau, kink_bptr, kink_cptr, cnt = O[0], O[1], O[3], O[6]
+    if zero:
+        cnt[N_ZERO_STEPS] += 1
+        scal[AT_ZERO_RUN] += 1
+        if scal[AT_ZERO_RUN] > 2 * n + 10:
+            return -1
+        kc -= 1  # same tau: extend the last kink, rewrite its beta record
+        cnt[N_BETA_USED] = kink_bptr[kc]
+    else:
+        scal[AT_ZERO_RUN] = 0
+        kink_tau[kc] = new_tau
+        kink_cptr[kc] = cnt[N_CHANGES_USED]
+        kink_bptr[kc] = cnt[N_BETA_USED]
+    return kc
+
+
+@njit(cache=True, nogil=True)
+def _rate_of_w(S, W, kappa, m):
+    """u = dw/dtau = kappa (X_M^T (y dbeta_M) - s_L), in place of the X_M^T (y
+    dbeta_M) the direction left in W[W_U]; the direction x (by position in M)
+    becomes each row's dbeta. Returns (max |u_j|, max kappa |s_L,j|, ||u||_2): a
+    plateau is where the first is negligible against the second."""
+    s_l, mlist, dbeta = S[S_SL], S[S_MLIST], S[S_DBETA]
+    x, u = W[W_X], W[W_U]
+    d = len(u)
+    for j in range(d):
+        u[j] = kappa * (u[j] - s_l[j])
+    for k in range(m):
+        dbeta[mlist[k]] = x[k]
+    un, sn, u2 = 0.0, 0.0, 0.0
+    for j in range(d):
+        un = max(un, abs(u[j]))
+        sn = max(sn, kappa * abs(s_l[j]))
+        u2 += u[j] * u[j]
+    return un, sn, np.sqrt(u2)
+
+
+@njit(cache=True, nogil=True)
+def _within_radius(w, u, wref, ext, vs):
+    """Whether w + ext u (the segment's far end, tie band included) stays within
+    the candidate list's radius of the w it was built at: the list is exact only
+    there."""
+    dist = 0.0
+    for j in range(len(w)):
+        dist += (w[j] + ext * u[j] - wref[j]) ** 2
+    return not np.sqrt(dist) > vs[V_RADIUS]
+
+
+@njit(cache=True, nogil=True)
+def _advance(S, W, V, vs, m, step, collect, lim, vtol):
+    """Move beta_M and w by ``step`` along the direction and the listed rows'
+    gradients by their rates; with ``collect``, gather the rows whose events fall
+    within ``lim`` (the step plus the tie tolerance, and moving by more than
+    ``vtol`` before them otherwise) into W[W_SORTBUF], in the same pass (one pass
+    over the list fewer a kink). Returns how many."""
+    state, beta, w, mlist, dbeta = S[S_STATE], S[S_BETA], S[S_W], S[S_MLIST], S[S_DBETA]
+    u, cand, crate, sortbuf = W[W_U], W[W_CAND], W[W_CRATE], W[W_SORTBUF]
+    clist, cg, cdg = V[CL_LIST], V[CL_G], V[CL_DG]
+    ccand, ccrate = V[CL_CAND], V[CL_CRATE]
+    for k in range(m):
+        i = mlist[k]
+        beta[i] += step * dbeta[i]
+    for j in range(len(w)):
+        w[j] += step * u[j]
+    ne = 0
+    if collect:
+        for k in range(m):
+            i = mlist[k]
+            if not (cand[i] > lim or (cand[i] - step) * crate[i] > vtol):
+                sortbuf[ne] = i
+                ne += 1
+    for c in range(int(vs[V_NCAND])):
+        i = clist[c]
+        if state[i] != M_SET:
+            cg[c] += step * cdg[c]
+            if collect and not (ccand[c] > lim or (ccand[c] - step) * ccrate[c] > vtol):
+                sortbuf[ne] = i
+                ne += 1
+    return ne
+
+
+@njit(cache=True, nogil=True)
+def _apply_events(X, S, W, F, V, vs, O, m, ne, new_tau):
+    """Apply the ``ne`` events gathered in W[W_SORTBUF] at ``new_tau``, in increasing
+    row order: a row of M goes to its box (L at the upper bound, adding to s_L, or R
+    at 0), a row of L or R joins M; a row may leave M and come back once at one tau.
+    Rows that leave M join the candidate list and the middle list; every change is
+    recorded (O's index changes). Returns the new |M|."""
+    indptr, indices, data, y, sw = X
+    state, beta, g, s_l, mlist, mpos = (
+        S[S_STATE],
+        S[S_BETA],
+        S[S_G],
+        S[S_SL],
+        S[S_MLIST],
+        S[S_MPOS],
+    )
+    dbeta, tau_left, lsum, msorted = S[S_DBETA], S[S_TAU_LEFT], S[S_LSUM], S[S_MSORTED]
+    kind, sortbuf = W[W_KIND], W[W_SORTBUF]
+    cidx, cto, cnt = O[4], O[5], O[6]
+    clist, cflag, cg, cpos = V[CL_LIST], V[CL_FLAG], V[CL_G], V[CL_POS]
+    mid, mflag = V[CL_MID], V[CL_MID_FLAG]
+    mcopy = F[F_MC:F_MC_END]
+    mcmeta = mcopy[MC_META]
+    nc = int(vs[V_NCAND])
+    c_used = cnt[N_CHANGES_USED]
+    ev = sortbuf[:ne]
+    ev.sort()
+    m_old = m
+    for e in range(ne):
+        i = ev[e]
+        s = state[i]
+        if s == M_SET:
+            dest = kind[i]
+            k = mpos[i]
+            last = mlist[m - 1]
+            mlist[k] = last
+            if mcmeta[1] != 0:
+                mcopy[MC_SLOT][k] = mcopy[MC_SLOT][m - 1]
+            mpos[last] = k
+            mpos[i] = -1
+            m -= 1
+            state[i] = dest
+            # may come back once at this tau (tau_left = tau + 2), not after it
+            # came back once already (tau_left = -2 - tau)
+            if tau_left[i] == -2.0 - new_tau:
+                tau_left[i] = new_tau
+            else:
+                tau_left[i] = new_tau + 2.0
+            if dest == L_SET:
+                beta[i] = upper_bound(y[i], sw[i], new_tau)
+                row_axpy(indptr, indices, data, i, sw[i], s_l)
+                _lsum_row(X, lsum, i, 1.0)
+                g[i] = min(g[i], 0.0)
+            else:
+                beta[i] = 0.0
+                g[i] = max(g[i], 0.0)
+            if cflag[i] == 0:
+                clist[nc] = i
+                cflag[i] = 1
+                nc += 1
+                _list_row(X, V, nc, i, g[i])
+            else:
+                cg[cpos[i]] = g[i]
+            if mflag[i] == 0:
+                nmid = int(vs[V_NMID])
+                mid[nmid] = i
+                mflag[i] = 1
+                vs[V_NMID] = nmid + 1
+        else:
+            if s == L_SET:
+                row_axpy(indptr, indices, data, i, -sw[i], s_l)
+                _lsum_row(X, lsum, i, -1.0)
+                beta[i] = upper_bound(y[i], sw[i], new_tau)
+            else:
+                beta[i] = 0.0
+            state[i] = M_SET
+            if tau_left[i] == new_tau + 2.0:
+                tau_left[i] = -2.0 - new_tau
+            g[i] = 0.0
+            mlist[m] = i
+            mpos[i] = m
+            _margin_copy_add(X, F, i, m, V[CL_XNORM])
+            m += 1
+            dbeta[i] = 0.0
+        cidx[c_used] = i
+        cto[c_used] = state[i]
+        c_used += 1
+    vs[V_NCAND] = nc
+    _merge_sorted(msorted, m_old, ev, ne, state)
+    cnt[N_CHANGES_USED] = c_used
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _after_kink(X, S, W, F, V, vs, O, kappa, new_tau, tols, xnorm, dense):
+    """The certificate kept at a kink: exact w and gradients, drift repaired.
+
+    Between refreshes, while Q_MM can be factorised, the margin rows' KKT drift
+    |g_M| is checked at every kink (O(|M| nnz), from the running w) and repaired by
+    a Newton step: the beta recorded after this is what a recovered solution
+    interpolates. Where Q_MM is singular (|M| above the rank) the drift waits for a
+    refresh, at most UNREPAIRED_REFRESH kinks away (sooner once it exceeds
+    UNREPAIRED_DRIFT, and at once where a Newton step fell short of the drift
+    tolerance): refreshing at every such kink made all of a9a 77 s against 47 s,
+    waiting up to the refresh period left a9a 2,000 rows with a duality gap of 6e-9.
+    A refresh (:func:`_refresh`, then the list rebuilt) comes at least every
+    refresh period and at tau = 1. False if the state became non-finite."""
+    w, mlist, x = S[S_W], S[S_MLIST], W[W_X]
+    cnt, diag = O[6], O[7]
+    drift_tol = tols[TOL_DRIFT]
+    refresh_every = int(tols[TOL_REFRESH_EVERY])
+    gram_m = tols[TOL_GRAM_M]
+    m = int(S[S_AT][AT_M])
+    d = len(w)
+    vs[V_SINCE] += 1
+    unrepaired = m > min(d, gram_m)
+    now = False
+    XM, ML, xnm = _margin_rows(X, mlist, xnorm, F, dense and m > d)
+    if vs[V_SINCE] < refresh_every and new_tau < 1.0:
+        drift = _margin_drift(XM, ML, m, w, x)
+        diag[0] = max(diag[0], drift)
+        if unrepaired:
+            # drift waits for the refresh only while it is small
+            now = drift > UNREPAIRED_DRIFT
+        elif drift > drift_tol:
+            if _newton_repair(X, S, W, F, kappa, new_tau, gram_m):
+                cnt[N_RECOVERIES] += 1
+                # a step that multipliers' boxes cut short leaves the drift
+                # (a9a 8,000 rows: 1e-2 kept, a kink's duality gap 5e-3)
+                now = _margin_drift(XM, ML, m, w, x) > drift_tol
+            else:
+                unrepaired = True
+                now = drift > UNREPAIRED_DRIFT
+    if now:
+        cnt[N_DRIFT_REFRESHES] += 1
+    since = vs[V_SINCE]
+    if (
+        now
+        or since >= refresh_every
+        or (unrepaired and since >= min(refresh_every, UNREPAIRED_REFRESH))
+        or new_tau >= 1.0
+    ):
+        return _resync(X, S, W, F, V, vs, O, kappa, new_tau, tols, dense, False, False)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _resync(X, S, W, F, V, vs, O, kappa, tau, tols, dense, first, rerecord):
+    """A refresh at ``tau`` (:func:`_refresh`: w, s_L and every gradient recomputed
+    exactly, margin drift repaired; ``first``: the sets may have changed outside
+    the path), the candidate list rebuilt there (:func:`_rebuild`) and, with
+    ``rerecord``, the last kink's beta record written again from the repaired
+    beta. False if the state became non-finite."""
+    cnt, diag = O[6], O[7]
+    drift_tol = tols[TOL_DRIFT]
+    if not _refresh(
+        X, S, W, F, kappa, tau, tols[TOL_TIE], drift_tol, cnt, diag, V[CL_XNORM],
+        dense, first,
+    ):  # fmt: skip
+        return False
+    _rebuild(X, S[S_STATE], S[S_G], S[S_W], 100.0 * drift_tol, V, vs,
+             int(tols[TOL_REFRESH_EVERY]), tols[TOL_REBUILD_COST], cnt)  # fmt: skip
+    if rerecord:
+        m = int(S[S_AT][AT_M])
+        _rerecord(S[S_MSORTED], m, S[S_BETA], O[1], O[2], cnt)
+    return True
 
 
 @njit(cache=True, nogil=True)

@@ -332,7 +332,7 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         # kink 0: the initial solution, no changes
         bufs["bstore"][:m] = beta[np.sort(mlist[:m])]
         bufs["kink_bptr"][1] = m
-        cnt[:2] = (1, m)
+        cnt[: K.N_CHANGES_USED] = (1, m)
         ck_kink, ck_cpos, ck_state = [0], [0], [state.copy()]
         self._plateau_from = None
         n_plateaus = 0
@@ -371,57 +371,58 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
                     bufs["kink_tau"], bufs["kink_bptr"], bufs["bstore"],
                     bufs["kink_cptr"], bufs["cidx"], bufs["cto"], cnt, diag,
                 )  # fmt: skip
-                chunk = max(1, min(ck_every, self.max_kinks + 1 - int(cnt[0])))
+                chunk = max(1, min(ck_every, self.max_kinks + 1 - int(cnt[K.N_KINKS])))
                 status = K.dpf_run(Xt, S, W, F, O, V, vs, kappa, chunk, tols)
-                now = int(scal[0] * 1000)
+                now = int(scal[K.AT_TAU] * 1000)
                 if now > shown:
                     bar.update(
-                        now - shown, extra=f"{cnt[0]} kinks, |M| = {int(scal[1])}"
+                        now - shown,
+                        extra=f"{cnt[K.N_KINKS]} kinks, |M| = {int(scal[K.AT_M])}",
                     )
                     shown = now
                 if status == K.DONE:
                     break
                 if status == K.CHUNK:
-                    ck_kink.append(int(cnt[0]) - 1)
-                    ck_cpos.append(int(cnt[2]))
+                    ck_kink.append(int(cnt[K.N_KINKS]) - 1)
+                    ck_cpos.append(int(cnt[K.N_CHANGES_USED]))
                     ck_state.append(state.copy())
                 elif status == K.BUFFER_FULL:
                     _grow(bufs, cnt, n)
                 elif status == K.PLATEAU:
                     _grow(bufs, cnt, n)
-                    tau_a = float(scal[0])
+                    tau_a = float(scal[K.AT_TAU])
                     if _cross_plateau(Xt, S, bufs, cnt, kappa, self.tol, self.tol, LP):
                         vs[K.V_VALID] = 0.0  # new sets and w: rebuild the list
                         n_plateaus += 1
-                        if scal[0] >= 1.0:
+                        if scal[K.AT_TAU] >= 1.0:
                             self._plateau_from = tau_a
                             break
                 elif status == K.STALLED:
                     raise RuntimeError(
                         f"QuantilePathSVC: more than {2 * n + 10} zero-length steps at "
-                        f"tau = {scal[0]:.12g} (a degenerate cycle among tied examples); "
+                        f"tau = {scal[K.AT_TAU]:.12g} (a degenerate cycle among tied examples); "
                         "raise tol or add a little noise to duplicated rows"
                     )
                 elif status == K.NOT_FINITE:
                     raise FloatingPointError(
-                        f"QuantilePathSVC: non-finite weights at tau = {scal[0]:.12g}; "
+                        f"QuantilePathSVC: non-finite weights at tau = {scal[K.AT_TAU]:.12g}; "
                         "the margin system is ill-conditioned: raise alpha"
                     )
-                if cnt[0] > self.max_kinks:
+                if cnt[K.N_KINKS] > self.max_kinks:
                     raise RuntimeError(
                         f"QuantilePathSVC: the path passed max_kinks = {self.max_kinks} "
-                        f"kinks at tau = {scal[0]:.6g}; raise max_kinks (memory grows "
+                        f"kinks at tau = {scal[K.AT_TAU]:.6g}; raise max_kinks (memory grows "
                         "with kinks x |M|) or raise alpha"
                     )
-        bar.close(extra=f"{cnt[0]} kinks")
+        bar.close(extra=f"{cnt[K.N_KINKS]} kinks")
         plateau = getattr(self, "_plateau_from", None)
-        nk = int(cnt[0])
+        nk = int(cnt[K.N_KINKS])
         self.kinks_ = _resized(bufs["kink_tau"], nk)
         self._kink_bptr = _resized(bufs["kink_bptr"], nk + 1)
-        self._bstore = _resized(bufs["bstore"], int(cnt[1]))
+        self._bstore = _resized(bufs["bstore"], int(cnt[K.N_BETA_USED]))
         self._kink_cptr = _resized(bufs["kink_cptr"], nk + 1)
-        self._cidx = _resized(bufs["cidx"], int(cnt[2]))
-        self._cto = _resized(bufs["cto"], int(cnt[2]))
+        self._cidx = _resized(bufs["cidx"], int(cnt[K.N_CHANGES_USED]))
+        self._cto = _resized(bufs["cto"], int(cnt[K.N_CHANGES_USED]))
         self._ck_kink = np.array(ck_kink, np.int64)
         self._ck_cpos = np.array(ck_cpos, np.int64)
         self._ck_state = np.stack(ck_state)
@@ -435,27 +436,28 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         self.diagnostics_ = {
             "init_epochs": int(epochs),
             "init_violation": float(viol),
-            "cg_iterations": int(cnt[3]),
-            "recoveries": int(cnt[4]),
-            "zero_steps": int(cnt[5]),
-            "refreshes": int(cnt[6]),
-            "degenerate_directions": int(cnt[7]),
-            "active_set_steps": int(cnt[8]),
-            "primal_directions": int(cnt[9]),
-            "primal_dependent_directions": int(cnt[18]),
-            "rows_examined": int(cnt[10]),
-            "rows_read_by_rebuilds": int(cnt[17]),
-            "scan_share": float(cnt[10] + cnt[17]) / max(1.0, float(nk) * n),
-            "radius_exits": int(cnt[11]),
-            "radius_regrowths": int(cnt[12]),
-            "lsq_repairs": int(cnt[13]),
-            "cd_repairs": int(cnt[14]),
-            "drift_refreshes": int(cnt[15]),
-            "full_rebuilds": int(cnt[16]),
+            "cg_iterations": int(cnt[K.N_CG_ITERATIONS]),
+            "recoveries": int(cnt[K.N_RECOVERIES]),
+            "zero_steps": int(cnt[K.N_ZERO_STEPS]),
+            "refreshes": int(cnt[K.N_REFRESHES]),
+            "degenerate_directions": int(cnt[K.N_DEGENERATE]),
+            "active_set_steps": int(cnt[K.N_ACTIVE_SET_STEPS]),
+            "primal_directions": int(cnt[K.N_PRIMAL_DIRECTIONS]),
+            "primal_dependent_directions": int(cnt[K.N_PRIMAL_DEPENDENT]),
+            "rows_examined": int(cnt[K.N_ROWS_EXAMINED]),
+            "rows_read_by_rebuilds": int(cnt[K.N_ROWS_REBUILT]),
+            "scan_share": float(cnt[K.N_ROWS_EXAMINED] + cnt[K.N_ROWS_REBUILT])
+            / max(1.0, float(nk) * n),
+            "radius_exits": int(cnt[K.N_RADIUS_EXITS]),
+            "radius_regrowths": int(cnt[K.N_RADIUS_REGROWTHS]),
+            "lsq_repairs": int(cnt[K.N_LSQ_REPAIRS]),
+            "cd_repairs": int(cnt[K.N_CD_REPAIRS]),
+            "drift_refreshes": int(cnt[K.N_DRIFT_REFRESHES]),
+            "full_rebuilds": int(cnt[K.N_FULL_REBUILDS]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
-            "kink_storage_floats": int(cnt[1]),
-            "index_changes": int(cnt[2]),
+            "kink_storage_floats": int(cnt[K.N_BETA_USED]),
+            "index_changes": int(cnt[K.N_CHANGES_USED]),
             "merged_rows": int(n_rows - n),
             "final_plateau_from": plateau,
             "plateaus_crossed": n_plateaus,
@@ -684,9 +686,9 @@ def _resized(a: np.ndarray, size: int) -> np.ndarray:
 
 def _grow(bufs: dict, cnt: np.ndarray, n: int) -> None:
     need = {
-        "kink_tau": int(cnt[0]) + 2,
-        "bstore": int(cnt[1]) + 2 * n,
-        "cidx": int(cnt[2]) + 2 * n,
+        "kink_tau": int(cnt[K.N_KINKS]) + 2,
+        "bstore": int(cnt[K.N_BETA_USED]) + 2 * n,
+        "cidx": int(cnt[K.N_CHANGES_USED]) + 2 * n,
     }
     if len(bufs["kink_tau"]) < need["kink_tau"] + 1:
         cap = 2 * len(bufs["kink_tau"])
@@ -738,9 +740,9 @@ def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
     follower resumes there. Returns True if tau moved."""
     from scipy.optimize import linprog
 
-    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[:11]
+    state, beta, g, w, s_l, mlist, mpos, dbeta, tau_left, scal, sqn = S[: K.S_LSUM]
     indptr, indices, data, y, sw = Xt
-    tau = float(scal[0])
+    tau = float(scal[K.AT_TAU])
     n, d = len(y), len(w)
     a = np.where(y > 0, sw, 0.0)  # ub_i(tau) = a_i + b_i tau
     b = np.where(y > 0, -sw, sw)
@@ -804,9 +806,9 @@ def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
     # the segment [tau, tau_b]: every tied example in M, from beta_a to beta_b
     seg = state.copy()
     seg[T] = K.M_SET
-    kc = int(cnt[0])
+    kc = int(cnt[K.N_KINKS])
     moved = np.flatnonzero(seg != state)
-    c0_ = int(cnt[2])
+    c0_ = int(cnt[K.N_CHANGES_USED])
     bufs["cidx"][c0_ : c0_ + len(moved)] = moved
     bufs["cto"][c0_ : c0_ + len(moved)] = seg[moved]
     c1_ = c0_ + len(moved)
@@ -825,7 +827,11 @@ def _cross_plateau(Xt, S, bufs, cnt, kappa, tol, eps_tie, work) -> bool:
     bufs["kink_tau"][kc] = tau_b
     bufs["kink_bptr"][kc + 1] = b1 + len(m_b)
     bufs["kink_cptr"][kc + 1] = c2
-    cnt[0], cnt[1], cnt[2] = kc + 1, b1 + len(m_b), c2
+    cnt[K.N_KINKS], cnt[K.N_BETA_USED], cnt[K.N_CHANGES_USED] = (
+        kc + 1,
+        b1 + len(m_b),
+        c2,
+    )
     # the follower resumes from the programme's vertex
     state[:] = state_b
     beta[:] = beta_b
