@@ -1094,6 +1094,65 @@ def _newton_repair(X, S, W, F, kappa, tau, gram_max_m):
 
 
 @njit(cache=True, nogil=True)
+def _measure_drift(w, wref, vs):
+    """How far w moved per advance since the list was built at wref, folded into
+    vs[V_DRIFT] (a geometric mean with the earlier measure)."""
+    since = vs[V_SINCE]
+    if since > 0 and vs[V_VALID] > 0:
+        dist = 0.0
+        for j in range(len(w)):
+            dist += (w[j] - wref[j]) ** 2
+        v_new = np.sqrt(dist) / since
+        if v_new > 0.0:
+            v_old = vs[V_DRIFT]
+            vs[V_DRIFT] = v_new if v_old <= 0.0 else np.sqrt(v_old * v_new)
+
+
+@njit(cache=True, nogil=True)
+def _choose_radius(state, g, gtol, V, nmid, v, full_scan, max_since, rebuild_cost):
+    """The list's radius: each middle-list row's distance to an event,
+    (|g_i| - gtol) / ||x_i|| (into V[CL_RAT]), binned in half-octaves of the drift
+    v per advance; the radius covering K advances that minimises the list's length
+    + rebuild_cost x rows read / K, K up to max_since (infinite for a full scan)."""
+    rat, xnorm, mid = V[CL_RAT], V[CL_XNORM], V[CL_MID]
+    hist = np.zeros(64, np.int64)
+    for k in range(nmid):
+        i = mid[k]
+        if state[i] == M_SET:
+            rat[i] = np.inf
+            continue
+        a = abs(g[i]) - gtol
+        if a <= 0.0:
+            r = 0.0
+        elif xnorm[i] > 0.0:
+            r = a / xnorm[i]
+        else:
+            r = np.inf
+        rat[i] = r
+        if v > 0.0 and r < np.inf:
+            q = r / v
+            b = 0 if q <= 1.0 else int(np.ceil(2.0 * np.log2(q)))
+            if b < 64:
+                hist[b] += 1
+    radius = 0.0
+    if full_scan:
+        radius = np.inf
+    elif v > 0.0:
+        best = np.inf
+        cum = 0
+        for b in range(64):
+            cum += hist[b]
+            k_adv = 2.0 ** (0.5 * b)
+            if k_adv > max_since:
+                break
+            cost = cum + rebuild_cost * nmid / k_adv
+            if cost < best:
+                best = cost
+                radius = v * k_adv
+    return radius
+
+
+@njit(cache=True, nogil=True)
 def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     """The candidate list (a Verlet list) at w, with the exact gradients of the rows
     it is chosen from; counts full rebuilds in cnt[N_FULL_REBUILDS] and the rows whose gradient
@@ -1130,15 +1189,7 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     nc = int(vs[V_NCAND])
     for c in range(nc):
         cflag[clist[c]] = 0
-    since = vs[V_SINCE]
-    if since > 0 and vs[V_VALID] > 0:
-        dist = 0.0
-        for j in range(d):
-            dist += (w[j] - wref[j]) ** 2
-        v_new = np.sqrt(dist) / since
-        if v_new > 0.0:
-            v_old = vs[V_DRIFT]
-            vs[V_DRIFT] = v_new if v_old <= 0.0 else np.sqrt(v_old * v_new)
+    _measure_drift(w, wref, vs)
     for j in range(d):
         wref[j] = w[j]
     v = vs[V_DRIFT]
@@ -1170,40 +1221,8 @@ def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
                 if state[i] != M_SET:
                     g[i] = y[i] * row_dot(indptr, indices, data, i, w) - 1.0
         computed += nmid
-        hist = np.zeros(64, np.int64)
-        for k in range(nmid):
-            i = mid[k]
-            if state[i] == M_SET:
-                rat[i] = np.inf
-                continue
-            a = abs(g[i]) - gtol
-            if a <= 0.0:
-                r = 0.0
-            elif xnorm[i] > 0.0:
-                r = a / xnorm[i]
-            else:
-                r = np.inf
-            rat[i] = r
-            if v > 0.0 and r < np.inf:
-                q = r / v
-                b = 0 if q <= 1.0 else int(np.ceil(2.0 * np.log2(q)))
-                if b < 64:
-                    hist[b] += 1
-        radius = 0.0
-        if vs[V_MODE] == 0:
-            radius = np.inf
-        elif v > 0.0:
-            best = np.inf
-            cum = 0
-            for b in range(64):
-                cum += hist[b]
-                k_adv = 2.0 ** (0.5 * b)
-                if k_adv > max_since:
-                    break
-                cost = cum + rebuild_cost * nmid / k_adv
-                if cost < best:
-                    best = cost
-                    radius = v * k_adv
+        radius = _choose_radius(state, g, gtol, V, nmid, v, vs[V_MODE] == 0, max_since,
+                                rebuild_cost)  # fmt: skip
         radius = max(radius, vs[V_RMIN])
         if radius <= cap:
             break
@@ -1482,11 +1501,9 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
         if new_kinks >= max_kinks:
             return CHUNK
         kc = cnt[N_KINKS]
-        if (
-            kc + 2 > len(kink_tau)
-            or cnt[N_BETA_USED] + n > len(bstore)
-            or cnt[N_CHANGES_USED] + 2 * n > len(cidx)
-        ):
+        if kc + 2 > len(kink_tau) or cnt[N_BETA_USED] + n > len(bstore):
+            return BUFFER_FULL
+        if cnt[N_CHANGES_USED] + 2 * n > len(cidx):
             return BUFFER_FULL
         if vs[V_VALID] == 0:
             # M may have changed outside (a plateau's programme): its sorted copy
@@ -1528,19 +1545,8 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
                 ):  # fmt: skip
                     return NOT_FINITE
                 continue
-        # 4. advance. A step within the tie tolerance in tau is a zero step only if
-        # nothing would move by more than vtol over it: a degenerate direction can
-        # have multipliers changing at rates of 1e4 and more, where snapping a 1e-11
-        # step to zero leaves their values 1e-7 off (KKT drift). The step to the end
-        # of the path is never snapped: with tau one rounding unit below 1 and no
-        # event left, a zero step would be taken again and again (a stall the
-        # scikit-learn checks' tied 20-row data reached)
-        if step <= eps_tie and step * rarg <= vtol and step < 1.0 - tau:
-            step = 0.0
-        new_tau = tau + step
-        if new_tau >= 1.0:
-            new_tau = 1.0
-            step = 1.0 - tau
+        # 4. advance to the event
+        step, new_tau = _snapped_step(step, rarg, tau, eps_tie, vtol)
         ne = _advance(S, W, V, vs, m, step, new_tau < 1.0, step + eps_tie, vtol)
         scal[AT_TAU] = new_tau
         # 5. apply every event within the tie tolerance, in index order
@@ -1610,6 +1616,24 @@ def _open_kink(O, scal, kc, new_tau, zero, n):
         kink_cptr[kc] = cnt[N_CHANGES_USED]
         kink_bptr[kc] = cnt[N_BETA_USED]
     return kc
+
+
+@njit(cache=True, nogil=True)
+def _snapped_step(step, rarg, tau, eps_tie, vtol):
+    """The step to take and the tau it reaches. A step within the tie tolerance in
+    tau is a zero step only if nothing would move by more than vtol over it
+    (``step * rarg``): a degenerate direction can have multipliers changing at rates
+    of 1e4 and more, where snapping a 1e-11 step to zero leaves their values 1e-7
+    off (KKT drift). The step to the end of the path is never snapped: with tau one
+    rounding unit below 1 and no event left, a zero step would be taken again and
+    again (a stall the scikit-learn checks' tied 20-row data reached)."""
+    if step <= eps_tie and step * rarg <= vtol and step < 1.0 - tau:
+        step = 0.0
+    new_tau = tau + step
+    if new_tau >= 1.0:
+        new_tau = 1.0
+        step = 1.0 - tau
+    return step, new_tau
 
 
 @njit(cache=True, nogil=True)
