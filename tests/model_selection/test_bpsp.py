@@ -614,3 +614,26 @@ def direct_cv_error_costs(X, y, folds, C_pos, C_neg, cost_fn, cost_fp, gamma=0.5
         pred = np.where(m.decision_function(X[te]) > 0, 1.0, -1.0)
         cost += (np.where(y[te] > 0, cost_fn, cost_fp) * (pred != y[te])).sum()
     return cost / len(y)
+
+
+def test_a_fixed_set_of_bpsp_partitions_is_the_recorded_one():
+    """The cells of 2 gammas x 2 spaces x 3 folds, by both methods, are the recorded
+    bits (:mod:`tests.golden`)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from bigrate import BPSPSearchCV
+    from tests.golden import check
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((50, 3))
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.7 * rng.standard_normal(50) > 0, 1.0, -1.0)
+    folds = list(StratifiedKFold(3, shuffle=True, random_state=2).split(X, y))
+    for method in ("neighbours", "theorem2"):
+        s = BPSPSearchCV(gamma=[0.5, 2.0], cv=folds, cost_fn=2.0, engine="local",
+                         lambda_min=0.05, progress=False, method=method).fit(X, y)  # fmt: skip
+        arrays = []
+        for gamma in sorted(s.cells_):
+            for sp in sorted(s.cells_[gamma]):
+                for fold in s.cells_[gamma][sp]:
+                    arrays += [fold[k] for k in ("vert", "off", "fn", "fp")]
+        check(f"bpsp_{method}", tuple(arrays))

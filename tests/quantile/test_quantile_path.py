@@ -888,3 +888,22 @@ def test_running_error_set_sums_and_sorted_margin_set_stay_exact(monkeypatch):
     assert len(checks) >= 4 and max(checks) > 50  # chunks with a populated L
     assert max(copies) > X.shape[1] + 1  # copies of a margin set above the rank
     assert path.diagnostics_["merged_rows"] >= 200
+
+
+def test_the_whole_a9a_quantile_path_is_the_recorded_one(shared_data):
+    """The kinks, recorded multipliers, set changes, checkpoint states and 11
+    recovered models of all of a9a are the bits recorded before the kernel was split
+    into named parts (:mod:`tests.golden`)."""
+    from sklearn.datasets import load_svmlight_file
+
+    from bigrate import QuantilePathSVC
+    from tests.golden import check
+
+    X, y = load_svmlight_file(str(shared_data / "a9a" / "a9a.bz2"), n_features=123)
+    m = QuantilePathSVC(alpha=1e-3).fit(X, y)
+    assert m.n_kinks_ > 90_000
+    check("quantile_a9a", (m.kinks_, m._kink_bptr, m._bstore, m._kink_cptr,
+                           m._cidx, m._cto, m._ck_kink, m._ck_cpos, m._ck_state))  # fmt: skip
+    taus = np.linspace(0.0, 1.0, 11)
+    check("quantile_a9a_coef", tuple(np.r_[m.coef_at(t)[0].ravel(), m.coef_at(t)[1]]
+                                      for t in taus))  # fmt: skip
