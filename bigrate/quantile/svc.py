@@ -59,6 +59,21 @@ _ARRAYS = (
 )  # fmt: skip
 
 
+#: diagnostics_ keys and the path's counters they report (K.N_*)
+_COUNTERS = {
+    "cg_iterations": K.N_CG_ITERATIONS, "recoveries": K.N_RECOVERIES,
+    "zero_steps": K.N_ZERO_STEPS, "refreshes": K.N_REFRESHES,
+    "degenerate_directions": K.N_DEGENERATE, "active_set_steps": K.N_ACTIVE_SET_STEPS,
+    "primal_directions": K.N_PRIMAL_DIRECTIONS,
+    "primal_dependent_directions": K.N_PRIMAL_DEPENDENT,
+    "rows_examined": K.N_ROWS_EXAMINED, "rows_read_by_rebuilds": K.N_ROWS_REBUILT,
+    "radius_exits": K.N_RADIUS_EXITS, "radius_regrowths": K.N_RADIUS_REGROWTHS,
+    "lsq_repairs": K.N_LSQ_REPAIRS, "cd_repairs": K.N_CD_REPAIRS,
+    "drift_refreshes": K.N_DRIFT_REFRESHES, "full_rebuilds": K.N_FULL_REBUILDS,
+    "kink_storage_floats": K.N_BETA_USED, "index_changes": K.N_CHANGES_USED,
+}  # fmt: skip
+
+
 def direction_work(Xt, d, dense):
     """The direction's work arrays F of :func:`bigrate.quantile._kernels.dpf_run`
     for the merged rows Xt with d columns (those of dense directions empty
@@ -436,28 +451,11 @@ class QuantilePathSVC(RateClassifierMixin, BaseEstimator):
         self.diagnostics_ = {
             "init_epochs": int(epochs),
             "init_violation": float(viol),
-            "cg_iterations": int(cnt[K.N_CG_ITERATIONS]),
-            "recoveries": int(cnt[K.N_RECOVERIES]),
-            "zero_steps": int(cnt[K.N_ZERO_STEPS]),
-            "refreshes": int(cnt[K.N_REFRESHES]),
-            "degenerate_directions": int(cnt[K.N_DEGENERATE]),
-            "active_set_steps": int(cnt[K.N_ACTIVE_SET_STEPS]),
-            "primal_directions": int(cnt[K.N_PRIMAL_DIRECTIONS]),
-            "primal_dependent_directions": int(cnt[K.N_PRIMAL_DEPENDENT]),
-            "rows_examined": int(cnt[K.N_ROWS_EXAMINED]),
-            "rows_read_by_rebuilds": int(cnt[K.N_ROWS_REBUILT]),
+            **{key: int(cnt[i]) for key, i in _COUNTERS.items()},
             "scan_share": float(cnt[K.N_ROWS_EXAMINED] + cnt[K.N_ROWS_REBUILT])
             / max(1.0, float(nk) * n),
-            "radius_exits": int(cnt[K.N_RADIUS_EXITS]),
-            "radius_regrowths": int(cnt[K.N_RADIUS_REGROWTHS]),
-            "lsq_repairs": int(cnt[K.N_LSQ_REPAIRS]),
-            "cd_repairs": int(cnt[K.N_CD_REPAIRS]),
-            "drift_refreshes": int(cnt[K.N_DRIFT_REFRESHES]),
-            "full_rebuilds": int(cnt[K.N_FULL_REBUILDS]),
             "max_kkt_drift": float(diag[0]),
             "path_seconds": time.perf_counter() - t0,
-            "kink_storage_floats": int(cnt[K.N_BETA_USED]),
-            "index_changes": int(cnt[K.N_CHANGES_USED]),
             "merged_rows": int(n_rows - n),
             "final_plateau_from": plateau,
             "plateaus_crossed": n_plateaus,
