@@ -607,6 +607,69 @@ def _pool_get(pool, v, n, nv):
     return M, B, alpha, bprime, gt, h, depth
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _record_region(r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A):
+    """Region ``nreg``'s partition, polygon and area into the walk's growing
+    records (doubled when full); returns the records (new arrays where grown)."""
+    if nreg == r_state.shape[0]:
+        cap = 2 * r_state.shape[0]
+        r_state = _grow2(r_state, cap)
+        r_area = _grow1(r_area, cap)
+        r_h = _grow3(r_h, cap)
+        off = np.zeros(cap + 1, np.int64)
+        off[: nreg + 1] = r_off[: nreg + 1]
+        r_off = off
+    r_state[nreg] = st
+    r_area[nreg] = A
+    start = r_off[nreg]
+    while start + P.shape[0] > r_vert.shape[0]:
+        r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
+    r_vert[start : start + P.shape[0]] = P
+    r_off[nreg + 1] = start + P.shape[0]
+    return r_state, r_off, r_vert, r_area, r_h
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _across_facet(st, P, lab, ineq, i, probe, diag):
+    """The neighbour across the facet on edge i of the region's polygon P (Theorem
+    3): the partition with the facet's row moved. With ``probe`` > 0 the move is
+    checked at a point just across the edge's middle (no farther than a thousandth of
+    the edge: small regions have small neighbours); where the region's solution,
+    carried there, breaks more rows than the facet's (a degenerate crossing) they all
+    move (the move is then -1). Returns (whether the edge is a facet with a move,
+    the partition, the move as row * 4 + kind, the probe point, whether probed)."""
+    f = lab[i]
+    npts = P.shape[0]
+    if f < 0 or ineq[f, 4] < 0:
+        return False, st, -1, 0.0, 0.0, False
+    i1 = i + 1 if i + 1 < npts else 0
+    length = np.hypot(P[i1, 0] - P[i, 0], P[i1, 1] - P[i, 1])
+    if length <= 1e-15:
+        return False, st, -1, 0.0, 0.0, False
+    nxt = st.copy()
+    mv = int(ineq[f, 3]) * 4 + int(ineq[f, 4])
+    qx = qy = 0.0
+    hp = probe > 0
+    if hp:
+        nrm = max(np.hypot(ineq[f, 0], ineq[f, 1]), 1e-300)
+        dist = min(probe, 1e-3 * length)
+        qx = 0.5 * (P[i, 0] + P[i1, 0]) + dist * ineq[f, 0] / nrm
+        qy = 0.5 * (P[i, 1] + P[i1, 1]) + dist * ineq[f, 1] / nrm
+        broken = 0
+        for j in range(ineq.shape[0]):
+            if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
+                broken += 1
+        if broken > 1:
+            diag[D_DEGENERATE] += 1
+            mv = -1
+            for j in range(ineq.shape[0]):
+                if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
+                    nxt[int(ineq[j, 3])] = move_to(int(ineq[j, 4]))
+            return True, nxt, mv, qx, qy, hp
+    nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
+    return True, nxt, mv, qx, qy, hp
+
+
 @njit(cache=True, nogil=True)
 def walk(Q, y, box, rcoef, dom, Kv,
          table, store, n_seen,
@@ -696,21 +759,9 @@ def walk(Q, y, box, rcoef, dom, Kv,
             diag[D_THIN_AREA] += max(A, 0.0)
             continue
         # record the region
-        if nreg == r_state.shape[0]:
-            cap = 2 * cap
-            r_state = _grow2(r_state, cap)
-            r_area = _grow1(r_area, cap)
-            r_h = _grow3(r_h, cap)
-            off = np.zeros(cap + 1, np.int64)
-            off[: nreg + 1] = r_off[: nreg + 1]
-            r_off = off
-        r_state[nreg] = st
-        r_area[nreg] = A
-        start = r_off[nreg]
-        while start + P.shape[0] > r_vert.shape[0]:
-            r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
-        r_vert[start : start + P.shape[0]] = P
-        r_off[nreg + 1] = start + P.shape[0]
+        r_state, r_off, r_vert, r_area, r_h = _record_region(
+            r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A
+        )
         if fresh:
             h = numerators(Kv, y, st, alpha, bprime)
             Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
@@ -721,44 +772,9 @@ def walk(Q, y, box, rcoef, dom, Kv,
         diag[D_REGIONS] += 1
         me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
         # the neighbour across every facet (Theorem 3)
-        npts = P.shape[0]
-        for i in range(npts):
-            f = lab[i]
-            if f < 0 or ineq[f, 4] < 0:
-                continue
-            i1 = i + 1 if i + 1 < npts else 0
-            ex, ey = P[i1, 0] - P[i, 0], P[i1, 1] - P[i, 1]
-            length = np.hypot(ex, ey)
-            if length <= 1e-15:
-                continue
-            nxt = st.copy()
-            mv = int(ineq[f, 3]) * 4 + int(ineq[f, 4])
-            qx = qy = 0.0
-            hp = probe > 0
-            if hp:
-                nrm = max(np.hypot(ineq[f, 0], ineq[f, 1]), 1e-300)
-                # no farther than a thousandth of the edge: small regions have small
-                # neighbours
-                dist = min(probe, 1e-3 * length)
-                qx = 0.5 * (P[i, 0] + P[i1, 0]) + dist * ineq[f, 0] / nrm
-                qy = 0.5 * (P[i, 1] + P[i1, 1]) + dist * ineq[f, 1] / nrm
-                broken = 0
-                for j in range(ineq.shape[0]):
-                    if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
-                        broken += 1
-                if broken > 1:
-                    # this region's solution, carried across, breaks more rows than
-                    # the facet's (a degenerate crossing): they all move
-                    diag[D_DEGENERATE] += 1
-                    mv = -1
-                    for j in range(ineq.shape[0]):
-                        if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
-                            nxt[int(ineq[j, 3])] = move_to(int(ineq[j, 4]))
-                else:
-                    nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
-            else:
-                nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
-            if _slot(table, store, nxt)[0] >= 0:
+        for i in range(P.shape[0]):
+            ok, nxt, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag)
+            if not ok or _slot(table, store, nxt)[0] >= 0:
                 continue
             if tail == qst.shape[0]:
                 qst = _grow2(qst, 2 * tail)
