@@ -88,6 +88,22 @@ class _HeartbeatOneLine(logging.Filter):
         return True
 
 
+class _NoClosedCommTraceback(logging.Filter):
+    """Dask logs a closed batched connection at INFO with its traceback
+    (``distributed.batched``): in this process that is the client's link to a lost
+    scheduler, which the job reports itself in one line (with the command that
+    resumes), so the record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Batched Comm Closed")
+
+
+def _quiet_closed_comms() -> None:
+    log = logging.getLogger("distributed.batched")
+    if not any(isinstance(f, _NoClosedCommTraceback) for f in log.filters):
+        log.addFilter(_NoClosedCommTraceback())
+
+
 class _OneLineHeartbeats(WorkerPlugin):
     """Installs :class:`_HeartbeatOneLine` on every worker of the embedded cluster,
     also on workers a nanny restarts (never on the workers of a scheduler we only
@@ -159,6 +175,7 @@ class DaskEngine(Engine):
             probe_cluster("dask", address, timeout)
         from dask.distributed import Client, LocalCluster
 
+        _quiet_closed_comms()
         if address:
             try:
                 self.client = Client(address, timeout=f"{timeout}s")

@@ -166,7 +166,7 @@ class RoundTask:
 
 
 #: datasets opened by this process's round tasks, kept between rounds (the manifest
-#: is read once a fit, not once a round): (ref, manifest sha256) -> ShardedDataset
+#: is read once a fit, not once a round): (repr(ref), manifest sha256) -> dataset
 _DATASETS: dict = {}
 _DATASETS_KEPT = 4
 
@@ -175,7 +175,7 @@ def open_round_dataset(ref, manifest_sha256: str) -> ShardedDataset:
     """The dataset a round task reads, opened once per process and fit: a dataset
     whose manifest is no longer the one the fit was planned on (rewritten meanwhile)
     is refused, naming it."""
-    key = (ref, manifest_sha256)
+    key = (repr(ref), manifest_sha256)  # a ref's storage options may hold dicts
     ds = _DATASETS.get(key)
     if ds is None:
         ds = ShardedDataset(ref)
