@@ -164,11 +164,11 @@ class StreamPlan:
     holdout: tuple | None
     seed: int
     n_features: int
-    split: str = "train"
-    epochs: int = 1
-    buffer_rows: int = 65536
-    batch_rows: int = 8192
-    shuffle_block: int = 1
+    split: str
+    epochs: int
+    buffer_rows: int
+    batch_rows: int
+    shuffle_block: int
 
     @property
     def steps_per_epoch(self) -> int:
@@ -361,8 +361,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             )
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
         cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
-        plan = StreamPlan(cfg, n_pos, n_neg, None, self._seed_int(), X.shape[1],
-                          epochs=self.epochs)  # fmt: skip
+        plan = self._plan(cfg, n_pos, n_neg, None, X.shape[1])
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows,
                                   block=self.shuffle_block)  # fmt: skip
         self._train(plan, self.initial_state(X.shape[1]), sampler)
@@ -441,11 +440,13 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             self.history_ = list(history)
         self.classes_ = np.array([-1, 1])
         self.n_features_in_ = ds.n_features
-        plan = StreamPlan(cfg, n_pos, n_neg, holdout, seed, ds.n_features,
-                          split=self.split, epochs=self.epochs,
-                          buffer_rows=self.buffer_rows, batch_rows=self.batch_rows,
-                          shuffle_block=self.shuffle_block)  # fmt: skip
-        return plan, st
+        return self._plan(cfg, n_pos, n_neg, holdout, ds.n_features), st
+
+    def _plan(self, cfg, n_pos, n_neg, holdout, n_features) -> StreamPlan:
+        """The plan of a fit: what was resolved for it and the estimator's settings."""
+        return StreamPlan(cfg, n_pos, n_neg, holdout, self._seed_int(), n_features,
+                          self.split, self.epochs, self.buffer_rows, self.batch_rows,
+                          self.shuffle_block)  # fmt: skip
 
     def initial_state(self, n_features: int) -> SGDState:
         """The state training starts from: zeros and ``lambda0``, or with
