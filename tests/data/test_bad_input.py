@@ -119,6 +119,40 @@ def test_csv_non_numeric_cell_names_file_line_column(tmp_path):
     assert p.returncode == 2 and "t.csv:19 (column 'b')" in p.stderr
 
 
+def test_csv_input_is_read_only_by_the_calling_thread(tmp_path, monkeypatch):
+    """Arrow parses blocks from memory; it never reads the (Python) input file on its
+    IO threads. Such a thread, still reading ahead when an error ends the process,
+    aborts the interpreter's shutdown (SIGABRT, "terminate called without an active
+    exception": a CI run saw ``bigrate prep csv`` exit -6 instead of 2)."""
+    import threading
+
+    from bigrate.data.prep import common
+
+    readers = set()
+    readinto = common._HashingReader.readinto
+
+    def recording(self, b):
+        readers.add(threading.get_ident())
+        return readinto(self, b)
+
+    monkeypatch.setattr(common._HashingReader, "readinto", recording)
+    lines = ["a,b,label"] + [f"{i},{i * 2},{i % 2}" for i in range(3000)]
+    good = tmp_path / "good.csv"
+    good.write_text("\n".join(lines) + "\n")
+    lines[2500] = "2499,oops,1"
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    man = prep_csv(good, tmp_path / "ds", label_column="label", progress=False,
+                   block_bytes=4096, split="train=1")  # fmt: skip
+    assert man["label_mapping"]
+    X = ShardedDataset(tmp_path / "ds").to_csr("train").X.toarray()
+    assert np.array_equal(X[:, 1], 2.0 * np.arange(3000))
+    with pytest.raises(DataError, match=r"bad.csv.gz:2501 \(column 'b'\): cell 'oo"):
+        prep_csv(bad, tmp_path / "ds2", label_column="label", progress=False,
+                 block_bytes=4096)  # fmt: skip
+    assert readers == {threading.get_ident()}
+
+
 def test_csv_missing_and_nan_cells(tmp_path):
     lines = ["a,b,label"] + [f"{i},{i * 2},{i % 2}" for i in range(30)]
     lines[6] = "5,?,1"

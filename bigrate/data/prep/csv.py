@@ -49,43 +49,83 @@ def _resolve(spec, names: list[str], what: str, path) -> str:
     )
 
 
-def _locate_bad_cell(path, skip_rows, header, delimiter, names, column, na_values):
-    """Re-read ``column`` as text and find the first cell that is not a number."""
-    ropts = pacsv.ReadOptions(
-        column_names=names,
-        skip_rows=skip_rows + (1 if header else 0),
-        block_size=1 << 22,
+def _line_blocks(stream, skip_lines: int, block_bytes: int):
+    """The stream's bytes after ``skip_lines`` lines, in blocks of about ``block_bytes``
+    that end at a line end (the last block may not).
+
+    The blocks are read here, in the calling thread, and Arrow parses each from memory.
+    Arrow's own streaming reader would read the (Python) file ahead on its IO threads;
+    such a thread still reading when an error ends the process needs the GIL during
+    interpreter shutdown and aborts the process (SIGABRT, "terminate called without an
+    active exception"), and closing the reader does not wait for it.
+    """
+    for _ in range(skip_lines):
+        if not stream.readline():
+            return
+    rest = b""
+    while True:
+        buf = stream.read(block_bytes)
+        if not buf:
+            if rest:
+                yield rest
+            return
+        buf = rest + buf
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if cut == 0:
+            rest = buf
+            continue
+        rest = buf[cut:]
+        yield buf[:cut]
+
+
+def _parse_block(block: bytes, names, delimiter, convert_options) -> pa.Table:
+    return pacsv.read_csv(
+        pa.BufferReader(block),
+        read_options=pacsv.ReadOptions(column_names=names),
+        parse_options=pacsv.ParseOptions(delimiter=delimiter),
+        convert_options=convert_options,
     )
+
+
+def _locate_bad_cell(block, path, line0, delimiter, names, column, na_values):
+    """Re-read ``column`` of ``block`` (whose first row is on line ``line0``) as text
+    and find the first cell that is not a number."""
     copts = pacsv.ConvertOptions(
         column_types={column: pa.string()},
         include_columns=[column],
         null_values=list(na_values),
         strings_can_be_null=True,
     )
-    line0 = skip_rows + (1 if header else 0) + 1
-    seen = 0
-    with Source(path) as src:
-        reader = pacsv.open_csv(
-            src.stream,
-            read_options=ropts,
-            parse_options=pacsv.ParseOptions(delimiter=delimiter),
-            convert_options=copts,
-        )
-        for rb in reader:
-            for k, v in enumerate(rb.column(0).to_pylist()):
-                if v is None:
-                    continue
-                try:
-                    float(v)
-                except ValueError:
-                    return DataError(
-                        f"cell {v!r} is not a number",
-                        path=str(path),
-                        line=line0 + seen + k,
-                        column=column,
-                    )
-            seen += rb.num_rows
+    cells = _parse_block(block, names, delimiter, copts).column(0).to_pylist()
+    for k, v in enumerate(cells):
+        if v is None:
+            continue
+        try:
+            float(v)
+        except ValueError:
+            return DataError(
+                f"cell {v!r} is not a number",
+                path=str(path),
+                line=line0 + k,
+                column=column,
+            )
     return None
+
+
+def _parse_error(
+    e: pa.ArrowInvalid, block, path, line0, delimiter, names, feats, na_values
+) -> DataError:
+    """The DataError for a block Arrow could not parse: the file, line and column of
+    the first cell that is not a number when that is the cause."""
+    msg = str(e)
+    if "In CSV column #" in msg:
+        k = int(msg.split("In CSV column #")[1].split(":")[0])
+        col = names[k] if k < len(names) else None
+        if col is not None and col in feats:
+            bad = _locate_bad_cell(block, path, line0, delimiter, names, col, na_values)
+            if bad is not None:
+                return bad
+    return DataError(f"could not parse the file: {msg}", path=str(path))
 
 
 def prep_csv(
@@ -181,11 +221,6 @@ def prep_csv(
                         f"header/width {other[:6]}... differs from {file}",
                         path=str(path),
                     )
-            ropts = pacsv.ReadOptions(
-                column_names=names,
-                block_size=block_bytes,
-                skip_rows=skip_rows + (1 if header else 0),
-            )
             copts = pacsv.ConvertOptions(
                 column_types=types,
                 null_values=list(na_values),
@@ -195,19 +230,23 @@ def prep_csv(
             line0 = skip_rows + (1 if header else 0) + 1
             seen = 0
             with Source(path) as src:
-                try:
-                    reader = pacsv.open_csv(
-                        src.stream,
-                        read_options=ropts,
-                        parse_options=pacsv.ParseOptions(delimiter=delimiter),
-                        convert_options=copts,
-                    )
-                    batches = iter(reader)
-                    while True:
-                        try:
-                            rb = next(batches)
-                        except StopIteration:
-                            break
+                for block in _line_blocks(
+                    src.stream, skip_rows + (1 if header else 0), block_bytes
+                ):
+                    try:
+                        table = _parse_block(block, names, delimiter, copts)
+                    except pa.ArrowInvalid as e:
+                        raise _parse_error(
+                            e,
+                            block,
+                            path,
+                            line0 + seen,
+                            delimiter,
+                            names,
+                            feats,
+                            na_values,
+                        ) from None
+                    for rb in table.to_batches():
                         n = rb.num_rows
                         base = line0 + seen
 
@@ -269,29 +308,13 @@ def prep_csv(
                             else np.asarray(grp.to_pylist(), dtype=object)
                         )
                         X = sp.csr_matrix(dense)
-                        block = finish_block(
+                        rows = finish_block(
                             X, raw, row_id, mapper, l2_normalize, where, group=g
                         )
-                        row_id += len(block)
+                        row_id += len(rows)
                         seen += n
-                        route.add(w, role, block)
-                        prog.update(len(block))
-                except pa.ArrowInvalid as e:
-                    msg = str(e)
-                    col = None
-                    if "In CSV column #" in msg:
-                        k = int(msg.split("In CSV column #")[1].split(":")[0])
-                        col = names[k] if k < len(names) else None
-                    bad = None
-                    if col is not None and col in feats:
-                        bad = _locate_bad_cell(
-                            path, skip_rows, header, delimiter, names, col, na_values
-                        )
-                    if bad is not None:
-                        raise bad from None
-                    raise DataError(
-                        f"could not parse the file: {msg}", path=str(path)
-                    ) from None
+                        route.add(w, role, rows)
+                        prog.update(len(rows))
                 sources.append({**src.info(), "role": role})
             if role == "pool":
                 route.finish(w)
