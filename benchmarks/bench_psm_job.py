@@ -11,6 +11,13 @@ the same splits:
   * the single best raw feature, feature and sign chosen on train (and, optimistic,
     chosen on test itself).
 Prints a table and saves ``psm_job.json`` in --out.
+
+    python benchmarks/bench_psm_job.py --seeds 5
+
+The job's stability instead (issue 48, item 4): for seeds 0..N-1 a new stratified split
+(``prep recipe --seed``) and the job run with ``random_state`` = seed, beside logistic
+regression (standardised features, C chosen on val) on the same split; prints each
+seed, the mean and the spread, and saves ``psm_job_seeds.json``.
 """
 
 from __future__ import annotations
@@ -39,9 +46,13 @@ def cli(*args, cwd) -> str:
     return p.stdout + p.stderr
 
 
-def run_job(work: Path, data: Path) -> dict:
+def run_job(work: Path, data: Path, seed: int | None = None) -> dict:
     job = (REPO / "jobs/psm_qvalue.toml").read_text()
     job = job.replace('path = "data/psm"', f'path = "{data}"')
+    if seed is not None:
+        old = "params = { q = 0.01, epochs = 20 }"
+        assert old in job, "the shipped job's params line changed"
+        job = job.replace(old, old[:-2] + f", random_state = {seed} }}")
     spec = work / f"job-{data.name}.toml"
     spec.write_text(job)
     out = cli("run", spec, cwd=work)
@@ -50,12 +61,90 @@ def run_job(work: Path, data: Path) -> dict:
     return {s: v["accepted"] for s, v in metrics["evaluation"].items()}
 
 
+def logistic_regression(S: dict, q: float) -> dict:
+    """scikit-learn's logistic regression on the splits ``S``, C chosen on val by the
+    targets accepted at ``q``; test counts at that C and at the default C = 1."""
+    from sklearn.linear_model import LogisticRegression
+
+    from bigrate.metrics import positives_at_q
+
+    def acc(y, f):
+        return int(positives_at_q(y, f, q))
+
+    best_c, best_val = None, -1
+    for c in (0.001, 0.01, 0.1, 1.0, 10.0):
+        lr = LogisticRegression(C=c, max_iter=2000).fit(S["train"].X, S["train"].y)
+        v = acc(S["val"].y, lr.decision_function(S["val"].X))
+        if v > best_val:
+            best_c, best_val = c, v
+    lr = LogisticRegression(C=best_c, max_iter=2000).fit(S["train"].X, S["train"].y)
+    lr1 = LogisticRegression(max_iter=2000).fit(S["train"].X, S["train"].y)
+    return {
+        "C": best_c,
+        "val": best_val,
+        "test": acc(S["test"].y, lr.decision_function(S["test"].X)),
+        "test_default_C": acc(S["test"].y, lr1.decision_function(S["test"].X)),
+    }
+
+
+def seeds(n: int, q: float, out: Path) -> None:
+    import numpy as np
+
+    from bigrate.data import ShardedDataset
+
+    work = Path(tempfile.mkdtemp(prefix="psmseeds-"))
+    rows = []
+    for seed in range(n):
+        data = work / f"seed{seed}"
+        cli("prep", "recipe", "psm_pin_mokapot_10k", "--out", data, "--quiet",
+            "--seed", seed, cwd=work)  # fmt: skip
+        job = run_job(work, data, seed=seed)
+        ds = ShardedDataset(data)
+        S = {s: ds.to_csr(s) for s in ("train", "val", "test")}
+        lr = logistic_regression(S, q)
+        rows.append({"seed": seed, "job": job["test"], "logistic_regression": lr,
+                     "test_targets": int((S["test"].y > 0).sum())})  # fmt: skip
+        print(f"  seed {seed}: job {job['test']}, logistic regression "
+              f"{lr['test']} (C={lr['C']:g}; {lr['test_default_C']} at C = 1)", flush=True)  # fmt: skip
+
+    def summary(v):
+        v = np.asarray(v, dtype=float)
+        return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)),
+                "min": int(v.min()), "max": int(v.max())}  # fmt: skip
+
+    res = {
+        "q": q,
+        "seeds": rows,
+        "job": summary([r["job"] for r in rows]),
+        "logistic_regression": summary(
+            [r["logistic_regression"]["test"] for r in rows]
+        ),
+        "logistic_regression_default_C": summary(
+            [r["logistic_regression"]["test_default_C"] for r in rows]
+        ),
+        "job_minus_lr": summary(
+            [r["job"] - r["logistic_regression"]["test"] for r in rows]
+        ),
+    }
+    for k in ("job", "logistic_regression", "logistic_regression_default_C",
+              "job_minus_lr"):  # fmt: skip
+        m = res[k]
+        print(f"{k:>30}: mean {m['mean']:.1f}, sd {m['sd']:.1f}, "
+              f"range {m['min']}-{m['max']}")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "psm_job_seeds.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(f"saved {out / 'psm_job_seeds.json'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--q", type=float, default=0.01)
+    ap.add_argument("--seeds", type=int, default=0,
+                    help="run the stability study over this many seeds instead")  # fmt: skip
     a = ap.parse_args()
-    from sklearn.linear_model import LogisticRegression
+    if a.seeds:
+        return seeds(a.seeds, a.q, Path(a.out))
 
     from bigrate.data import ShardedDataset
     from bigrate.metrics import positives_at_q
@@ -74,20 +163,8 @@ def main() -> None:
     def acc(y, f):
         return int(positives_at_q(y, f, a.q))
 
-    best_c, best_val = None, -1
-    for c in (0.001, 0.01, 0.1, 1.0, 10.0):
-        lr = LogisticRegression(C=c, max_iter=2000).fit(S["train"].X, S["train"].y)
-        v = acc(S["val"].y, lr.decision_function(S["val"].X))
-        if v > best_val:
-            best_c, best_val = c, v
-    lr = LogisticRegression(C=best_c, max_iter=2000).fit(S["train"].X, S["train"].y)
-    lr1 = LogisticRegression(max_iter=2000).fit(S["train"].X, S["train"].y)
-    res["logistic_regression"] = {
-        "C": best_c,
-        "val": best_val,
-        "test": acc(S["test"].y, lr.decision_function(S["test"].X)),
-        "test_default_C": acc(S["test"].y, lr1.decision_function(S["test"].X)),
-    }
+    res["logistic_regression"] = logistic_regression(S, a.q)
+    best_c = res["logistic_regression"]["C"]
 
     def single(split):
         X = R[split].X.toarray()

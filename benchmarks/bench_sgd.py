@@ -564,11 +564,13 @@ def bench_quality(out: Path) -> dict:
     return res
 
 
-def bench_qvalue(out: Path, mokapot_python: str | None = None) -> dict:
+def bench_qvalue(out: Path, mokapot_python: str | None = None, seeds: int = 1) -> dict:
     """3-fold cross-fitting on the whole pin file, as mokapot does: every PSM is scored by
     a model that did not see it; scores are put on a common scale per fold (z-scores
     of that fold's decoys, like mokapot's calibration), then ranked jointly and targets
-    accepted at q counted with the (decoys + 1) / targets estimate mokapot reports."""
+    accepted at q counted with the (decoys + 1) / targets estimate mokapot reports.
+    ``seeds`` > 1 repeats the cross-fitting with the folds and the SGD seeded by 0, 1,
+    ... and reports each count's mean, spread and range (issue 48, item 4)."""
     import subprocess
 
     from sklearn.linear_model import LogisticRegression
@@ -585,7 +587,7 @@ def bench_qvalue(out: Path, mokapot_python: str | None = None) -> dict:
     res = {"n": len(y), "targets": int((y > 0).sum()), "decoys": int((y < 0).sum())}
     folds = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
 
-    def cross_fit(make):
+    def cross_fit(make, folds=folds):
         f = np.empty(len(y))
         t = time.perf_counter()
         for tr, te in folds:
@@ -609,6 +611,40 @@ def bench_qvalue(out: Path, mokapot_python: str | None = None) -> dict:
                 "fit_s": lr_s,
             },
         }
+    if seeds > 1:
+        counts: dict = {
+            str(q): {"qvalue_sgd": [], "logistic_regression": []} for q in qs
+        }
+        for seed in range(seeds):
+            fs = list(StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y))
+            f_lr, _ = cross_fit(lambda: LogisticRegression(max_iter=2000), fs)
+            for q in qs:
+                f_q, _ = cross_fit(
+                    lambda q=q, seed=seed: QValueSGD(q=q, epochs=20, random_state=seed),
+                    fs,
+                )
+                c = counts[str(q)]
+                c["qvalue_sgd"].append(positives_at_q(y, f_q, q, plus_one=True))
+                c["logistic_regression"].append(
+                    positives_at_q(y, f_lr, q, plus_one=True)
+                )
+        res["seeds"] = {
+            q: {
+                k: {
+                    "counts": v,
+                    "mean": float(np.mean(v)),
+                    "sd": float(np.std(v, ddof=1)),
+                    "min": min(v),
+                    "max": max(v),
+                }  # fmt: skip
+                for k, v in c.items()
+            }
+            for q, c in counts.items()
+        }
+        for q, c in res["seeds"].items():
+            print(f"q = {q}: " + "; ".join(
+                f"{k} {v['mean']:.1f} (sd {v['sd']:.1f}, {v['min']}-{v['max']})"
+                for k, v in c.items()))  # fmt: skip
     if mokapot_python:
         pin = _shared_file("psm_pin_mokapot_10k", "10k_psms_test.pin.gz")
         p = subprocess.run(
@@ -661,6 +697,7 @@ def main() -> None:
     ap.add_argument("--engine", choices=["dask", "ray"], default="dask", help="scale")
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--mokapot-python", help="python of a venv with mokapot installed")
+    ap.add_argument("--seeds", type=int, default=1, help="qvalue: seeds of the folds")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -681,7 +718,7 @@ def main() -> None:
         elif w == "quality":
             bench_quality(out)
         elif w == "qvalue":
-            bench_qvalue(out, a.mokapot_python)
+            bench_qvalue(out, a.mokapot_python, a.seeds)
 
 
 if __name__ == "__main__":
