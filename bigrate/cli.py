@@ -152,8 +152,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = psub.add_parser("pin", help="Percolator / mokapot pin file (targets positive)")
     p.add_argument("file")
+    p.add_argument(
+        "--spectra",
+        action="store_true",
+        help="keep ScanNr as the group column, for target-decoy competition "
+        "(bigrate predict --q)",
+    )
     _add_standardize(p)
     _add_common(p)
+
+    p = psub.add_parser(
+        "synth-pin",
+        help="write a synthetic pin FILE (not shards) drawn from the shared 10k-PSM "
+        "file, any size",
+    )
+    p.add_argument("--psms", type=int, required=True, help="PSMs to write (about)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="the pin file (.gz: gzip)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
 
     p = psub.add_parser("synth", help="RCV1-shaped synthetic sparse data, seeded")
     p.add_argument("--rows", type=int, default=804_414)
@@ -208,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, help="embedded cluster size")
     p.add_argument(
+        "--memory-limit",
+        help="each worker's memory limit of an embedded Dask cluster, e.g. 1.5GiB "
+        "(its row-group cache is a quarter of it)",
+    )
+    p.add_argument(
         "--out",
         help="the run directory (model/, metrics.json, events; default runs/train-<time>)",
     )
@@ -246,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output Parquet file")
     p.add_argument(
         "--splits", default=None, help="comma-separated splits (default all)"
+    )
+    p.add_argument(
+        "--q",
+        type=float,
+        help="also print the targets accepted at this q-value ((decoys + 1) / "
+        "targets), after target-decoy competition when the data has spectra",
     )
 
     p = sub.add_parser("report", help="PNG plots and an HTML page for a run")
@@ -294,6 +321,13 @@ def _command() -> str:
 
 
 def _prep(a) -> int:
+    if a.fmt == "synth-pin":
+        from bigrate.data.prep.synth_pin import write_synthetic_pin
+
+        r = write_synthetic_pin(a.out, a.psms, seed=a.seed, progress=not a.quiet)
+        print(f"wrote {r['psms']:,} PSMs ({r['targets']:,} targets, {r['decoys']:,} "
+              f"decoys) of {r['spectra']:,} spectra to {r['path']}")  # fmt: skip
+        return 0
     from bigrate.data import ShardedDataset
     from bigrate.data.prep import (
         prep_csv,
@@ -336,7 +370,7 @@ def _prep(a) -> int:
             **kw,
         )
     elif a.fmt == "pin":
-        prep_pin(a.file, a.out, standardize=a.standardize, **kw)
+        prep_pin(a.file, a.out, spectra=a.spectra, standardize=a.standardize, **kw)
     elif a.fmt == "synth":
         kw.pop("l2_normalize")  # synthetic rows are always L2-normalised
         prep_synth(
@@ -385,6 +419,7 @@ def _train(a) -> int:
         engine=a.engine,
         address=a.address,
         workers=a.workers,
+        memory_limit=a.memory_limit,
         out=a.out,
         overwrite=a.overwrite,
         progress=not a.quiet,
@@ -437,10 +472,18 @@ def _runs(a) -> int:
 
 
 def _predict(a) -> int:
-    from bigrate.runner.predict import predict
+    from bigrate.runner.predict import accepted_at_q, predict
 
     n = predict(a.run_dir, a.data, a.out, splits=_labels(a.splits))
     print(f"wrote {n:,} scores to {a.out}")
+    if a.q is not None:
+        r = accepted_at_q(a.out, a.q)
+        among = (
+            f"the best PSMs of {r['groups']:,} spectra"
+            if r["groups"]
+            else f"{r['rows']:,} rows"
+        )
+        print(f"accepted at q = {a.q:g}: {r['accepted']:,} targets among {among}")
     return 0
 
 

@@ -635,6 +635,7 @@ def fit_distributed(
         "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
         "merge": merge,  # where the workers' states were combined
         "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
+        "cache_mb": cache_mb,  # decoded row groups a worker keeps across rounds
         # the warm-up's wall time (making the slots included) and its slowest task
         "warm_s": warm_s[0],
         "warm_task_s": warm_s[1],

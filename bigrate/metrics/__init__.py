@@ -20,6 +20,7 @@ from scipy.stats import binom
 __all__ = [
     "Confusion",
     "auto_calibration_fraction",
+    "best_per_group",
     "evaluate_stream",
     "j_val",
     "np_umbrella_order",
@@ -127,6 +128,27 @@ def positives_at_q(y, f, q: float, *, plus_one: bool = False) -> int:
         raise ValueError(f"q must be in (0, 1), got {q}")
     y, f = _check(y, f)
     return int(((qvalues(y, f, plus_one=plus_one) <= q) & (y > 0)).sum())
+
+
+def best_per_group(f, groups) -> np.ndarray:
+    """Boolean mask of the highest-scoring row of each group (target-decoy competition:
+    of the PSMs of one spectrum only the best, target or decoy, is kept). ``groups``
+    are any hashable labels or integer codes; a tie keeps the first row."""
+    f = np.asarray(f, dtype=np.float64)
+    g = np.asarray(groups)
+    if f.ndim != 1 or g.shape != f.shape:
+        raise ValueError(
+            f"f and groups must be 1-d of the same length, got {f.shape} and {g.shape}"
+        )
+    if np.isnan(f).any():
+        raise ValueError("f contains NaN")
+    if g.dtype.kind not in "iu":
+        g = np.unique(g, return_inverse=True)[1]
+    order = np.lexsort((-f, g))  # by group, best score first (stable: ties in order)
+    first = np.r_[True, g[order][1:] != g[order][:-1]]
+    keep = np.zeros(len(f), dtype=bool)
+    keep[order[first]] = True
+    return keep
 
 
 def roc_points(y, f) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

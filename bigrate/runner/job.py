@@ -48,9 +48,10 @@ def open_engine(spec: JobSpec, run: RunDir | None = None, progress: bool = True)
     ``spec.workers`` or at least one, for ``spec.worker_wait`` seconds). The engine's
     notices (a stall, waiting for workers) are console lines and ``notice`` events."""
     t = time.perf_counter()
+    extra = {} if spec.memory_limit is None else {"memory_limit": spec.memory_limit}
     eng = _open(
         spec.engine, spec.address or None, n_workers=spec.workers,
-        timeout=spec.timeout, worker_wait=spec.worker_wait,
+        timeout=spec.timeout, worker_wait=spec.worker_wait, **extra,
     )  # fmt: skip
     try:
         eng.on_notice = _notices(run, progress)

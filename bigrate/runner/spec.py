@@ -25,6 +25,9 @@ together as a :class:`JobSpecError`.
     workers = 2                    # embedded cluster size; with an address, the
                                    # workers to wait for before starting (default 1)
     timeout = 30                   # seconds to reach the cluster at address
+    memory_limit = "4GiB"          # embedded Dask cluster: each worker's limit (its
+                                   # row-group cache is a quarter of it; default:
+                                   # the machine's memory shared among the workers)
     worker_wait = 120              # seconds a cluster may be without a worker (at the
                                    # start, or after losing them all) before the job
                                    # gives up
@@ -76,6 +79,7 @@ _SCHEMA = {
         "workers": int,
         "timeout": (int, float),
         "worker_wait": (int, float),
+        "memory_limit": (int, str),
         "rounds_per_epoch": (int, str),
     },
     "sweep": {
@@ -130,6 +134,7 @@ class JobSpec:
     workers: int | None = None
     timeout: float = 30.0
     worker_wait: float = 120.0
+    memory_limit: int | str | None = None  # embedded Dask workers' limit
     rounds_per_epoch: int | str = "auto"
     grid: dict = field(default_factory=dict)
     cv: int | str = "val"
@@ -446,6 +451,26 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
     worker_wait = float(engine.get("worker_wait", 120.0))
     if not worker_wait > 0:
         problems.append(f"engine.worker_wait: must be > 0 seconds, got {worker_wait:g}")
+    memory_limit = engine.get("memory_limit")
+    if memory_limit is not None:
+        if eng != "dask" or address:
+            problems.append(
+                "engine.memory_limit: sets the workers' limit of an embedded Dask "
+                f"cluster only (engine {eng!r}"
+                + (f", address {address!r})" if address else ")")
+            )
+        else:
+            from dask.utils import parse_bytes
+
+            try:
+                ok = parse_bytes(memory_limit) > 0
+            except (ValueError, TypeError):
+                ok = False
+            if not ok:
+                problems.append(
+                    f'engine.memory_limit: a size such as "4GiB" or a number of '
+                    f"bytes, got {memory_limit!r}"
+                )
     per_epoch = engine.get("rounds_per_epoch", "auto")
     if per_epoch != "auto" and not (isinstance(per_epoch, int) and per_epoch >= 1):
         problems.append(
@@ -557,6 +582,7 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         workers=workers,
         timeout=timeout,
         worker_wait=worker_wait,
+        memory_limit=memory_limit,
         rounds_per_epoch=per_epoch,
         grid=grid,
         cv=cv,

@@ -13,7 +13,7 @@ from bigrate.rundir import RunDir
 
 def train_spec(dataset, estimator: str, params: dict, *, engine: str = "local",
                address: str | None = None, workers: int | None = None,
-               output: str = "runs"):  # fmt: skip
+               memory_limit: str | None = None, output: str = "runs"):  # fmt: skip
     """The train job these arguments describe, validated as a job file is (problems
     reported with their key paths, e.g. ``model.params.rho``)."""
     from bigrate.runner.spec import validate
@@ -27,21 +27,24 @@ def train_spec(dataset, estimator: str, params: dict, *, engine: str = "local",
     }
     if workers is not None:
         raw["engine"]["workers"] = int(workers)
+    if memory_limit is not None:
+        raw["engine"]["memory_limit"] = memory_limit
     spec = validate(raw, "bigrate train", {}, what="its arguments")
     spec.source = None  # no job file: config.json holds the job
     return spec
 
 
 def train(dataset, estimator: str, params: dict, *, engine: str = "local",
-          address: str | None = None, workers: int | None = None, out=None,
-          overwrite: bool = False, progress: bool = True):  # fmt: skip
+          address: str | None = None, workers: int | None = None,
+          memory_limit: str | None = None, out=None, overwrite: bool = False,
+          progress: bool = True):  # fmt: skip
     """Fit ``estimator`` on the train split of ``dataset``, evaluate it on every split
     and save the run: into ``out`` (a new directory; an earlier run there is replaced
     only with ``overwrite``), else ``runs/train-<time>``. Returns ``(run, metrics)``."""
     from bigrate.runner.job import start
 
     spec = train_spec(dataset, estimator, params, engine=engine, address=address,
-                      workers=workers)  # fmt: skip
+                      workers=workers, memory_limit=memory_limit)  # fmt: skip
     if out is not None:
         out = Path(out)
         if out.exists():

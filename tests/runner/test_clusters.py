@@ -280,3 +280,24 @@ def _square_sum(xs, k):
 
 def _boom(x):
     return x / 0
+
+
+def test_train_sets_the_embedded_dask_workers_memory_limit(tmp_path, synth):
+    """`bigrate train --memory-limit` reaches the embedded Dask workers: a fit there
+    keeps a quarter of that limit as its row-group cache (recorded in the model)."""
+    from tests.conftest import run_cli
+
+    p = run_cli("train", synth, "--engine", "dask", "--workers", "1",
+                "--memory-limit", "800MiB", "--epochs", "1", "--out", tmp_path / "r",
+                "--quiet")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    model = json.loads((tmp_path / "r" / "model" / "model.json").read_text())
+    assert model["fitted"]["engine_"]["cache_mb"] == pytest.approx(200.0)
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["job"]["engine"]["memory_limit"] == "800MiB"
+    p = run_cli("train", synth, "--engine", "local", "--memory-limit", "1GiB",
+                "--out", tmp_path / "r2")  # fmt: skip
+    assert p.returncode == 2
+    assert (
+        "engine.memory_limit: sets the workers' limit of an embedded Dask" in p.stderr
+    )

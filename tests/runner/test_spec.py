@@ -156,10 +156,48 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         name = "dask"
         address = "10.0.0.1:8786"
         rounds_per_epoch = 0
+        memory_limit = "1GiB"
         """,
             [
                 "engine.address: a Dask scheduler address looks like tcp://host:8786",
                 'engine.rounds_per_epoch: must be "auto" or an integer >= 1, got 0',
+                "engine.memory_limit: sets the workers' limit of an embedded Dask "
+                "cluster only (engine 'dask', address '10.0.0.1:8786')",
+            ],
+        ),
+        (
+            """
+        [job]
+        kind = "train"
+        name = "t"
+        [data]
+        path = "{data}"
+        [model]
+        estimator = "NeymanPearsonSGD"
+        [engine]
+        name = "dask"
+        memory_limit = "lots"
+        """,
+            [
+                'engine.memory_limit: a size such as "4GiB" or a number of bytes, got '
+                "'lots'",
+            ],
+        ),
+        (
+            """
+        [job]
+        kind = "train"
+        name = "t"
+        [data]
+        path = "{data}"
+        [model]
+        estimator = "NeymanPearsonSGD"
+        [engine]
+        name = "ray"
+        memory_limit = "2GiB"
+        """,
+            [
+                "engine.memory_limit: sets the workers' limit of an embedded Dask cluster"
             ],
         ),
         (

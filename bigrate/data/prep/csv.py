@@ -375,23 +375,32 @@ PIN_METADATA = (
 )
 
 
-def prep_pin(file, out, **kw) -> dict:
+def prep_pin(file, out, *, spectra: bool = False, **kw) -> dict:
     """A Percolator/mokapot pin file (tab-separated, header ``SpecId Label ScanNr ...``):
     targets (Label 1) become the positive class and decoys (Label -1) the negative one;
     the metadata columns (SpecId, ScanNr, ExpMass, Mass/CalcMass, Peptide, Proteins) are
-    dropped, as mokapot does, and the rest are features."""
+    dropped, as mokapot does, and the rest are features. ``spectra`` keeps ScanNr as the
+    group column, so that scores can be put through target-decoy competition (the best
+    PSM of each spectrum; :func:`bigrate.metrics.best_per_group`)."""
     head = _read_head(file, 0, "\t")
     if "Label" not in head or "SpecId" not in head:
         raise DataError(
             "not a pin file: the header has no SpecId and Label columns", path=str(file)
         )
-    drops = [c for c in head if c in PIN_METADATA and c != "Label"]
+    if spectra and "ScanNr" not in head:
+        raise DataError(
+            "spectra=True needs a ScanNr column, and the header has none",
+            path=str(file),
+        )
+    group = "ScanNr" if spectra else None
+    drops = [c for c in head if c in PIN_METADATA and c not in ("Label", group)]
     kw.setdefault("positive_labels", ["1"])
     kw.setdefault("negative_labels", ["-1"])
     return prep_csv(
         file,
         out,
         label_column="Label",
+        group_column=group,
         drop_columns=drops,
         delimiter="\t",
         header=True,
