@@ -294,7 +294,7 @@ def test_train_sets_the_embedded_dask_workers_memory_limit(tmp_path, synth):
     model = json.loads((tmp_path / "r" / "model" / "model.json").read_text())
     assert model["fitted"]["engine_"]["cache_mb"] == pytest.approx(200.0)
     config = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert config["job"]["engine"]["memory_limit"] == "800MiB"
+    assert config["job"]["memory_limit"] == "800MiB"
     p = run_cli("train", synth, "--engine", "local", "--memory-limit", "1GiB",
                 "--out", tmp_path / "r2")  # fmt: skip
     assert p.returncode == 2
