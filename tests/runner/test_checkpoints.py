@@ -160,3 +160,32 @@ def test_a_signal_to_the_process_group_interrupts_a_dask_job_cleanly(
     fit_distributed(whole, synth, LocalEngine(), workers=2, progress=False,
                     rounds_per_epoch=4)  # fmt: skip
     same_model(load_model(run / "model"), whole)
+
+
+def test_a_dask_job_with_a_memory_limit_resumes_with_it_after_a_sigkill(
+    tmp_path, synth
+):
+    """`[engine] memory_limit` reaches the embedded Dask workers, and a resume after a
+    SIGKILLed driver opens its new cluster with the same limit (from config.json): the
+    fit keeps a quarter of it as its row-group cache, and finished rounds are not run
+    again."""
+    import json
+
+    out = tmp_path / "m"
+    body = train_body(synth, out, engine="dask", epochs=6).replace(
+        "workers = 2\n", 'workers = 2\nmemory_limit = "800MiB"\n'
+    )
+    assert 'memory_limit = "800MiB"' in body
+    proc = start_cli("run", job_file(tmp_path, body), "--quiet")
+    run = wait_for_checkpoint(out, 3, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    snap = load_snapshot(run / "checkpoint")
+    assert 3 <= snap.round < 24
+    run_cli("resume", run, check=True)
+    ev = events(run)
+    resumed = [e for e in ev if e["event"] == "resumed"]
+    assert resumed and resumed[-1]["from_round"] >= snap.round
+    assert ev[-1]["event"] == "run_finished"
+    model = json.loads((run / "model" / "model.json").read_text())
+    assert model["fitted"]["engine_"]["cache_mb"] == pytest.approx(200.0)
