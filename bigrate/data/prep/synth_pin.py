@@ -119,7 +119,16 @@ def _block(model: PinModel, rng, n_spectra: int, first_spec: int, first_psm: int
         )
     data["Peptide"] = pa.array(np.char.add(np.char.add("_.", psm.astype(str)), "._"))
     data["Proteins"] = pa.array(np.full(n, "_.synthetic._"))
-    return pa.table(data), n
+    return pa.table(data, schema=_schema(model)), n
+
+
+def _schema(model: PinModel) -> pa.Schema:
+    """The columns of a synthetic pin file, in the shared file's order."""
+    num = [(c, pa.int64() if i else pa.float64())
+           for c, i in zip(model.columns, model.integer, strict=True)]  # fmt: skip
+    return pa.schema([("SpecId", pa.int64()), ("Label", pa.int64()),
+                      ("ScanNr", pa.int64()), *num, ("Peptide", pa.string()),
+                      ("Proteins", pa.string())])  # fmt: skip
 
 
 def write_synthetic_pin(
@@ -151,7 +160,7 @@ def write_synthetic_pin(
         sink = pa.OSFile(str(tmp), "wb")
         if out.suffix == ".gz":
             sink = pa.CompressedOutputStream(sink, "gzip")
-        schema = _block(model, np.random.default_rng(0), 1, 0, 0)[0].schema
+        schema = _schema(model)
         with sink:
             # the header unquoted (Arrow quotes names; pin readers split on tabs)
             sink.write(("\t".join(schema.names) + "\n").encode())
