@@ -159,8 +159,11 @@ def main() -> None:
     ap.add_argument(
         "--memory-limit", default="1.5GiB", help="each Dask worker's (train)"
     )
-    ap.add_argument("--lambda0", default="1,3,5,10,20,30",
-                    help="QValueSGD lambda0 values to choose from on a validation file")
+    ap.add_argument(
+        "--lambda0",
+        default="1,3,5,10,20,30",
+        help="QValueSGD lambda0 values to choose from on a validation file",
+    )
     ap.add_argument("--select-psms", type=int, default=2_000_000)
     ap.add_argument("--val-psms", type=int, default=500_000)
     ap.add_argument("--mokapot-python", help="python of a venv with mokapot")
