@@ -241,6 +241,25 @@ def merge_states(states: list[SGDState]) -> SGDState:
     return total.mean()
 
 
+def logistic_start(X, y, rows, alpha: float, fit_intercept: bool):
+    """(w, b) of the L2 logistic regression with balanced class weights on ``rows`` of
+    the CSR matrix ``X`` (labels ``y`` in {-1, +1}): mean balanced log-loss + alpha/2
+    ||w||^2, the SGD's own regulariser (scikit-learn's C = 1 / (alpha n)), by L-BFGS.
+    A start for the SGD, so an L-BFGS run that stops at its iteration limit is used
+    as it is."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    Xr = X[rows]
+    lr = LogisticRegression(C=1.0 / (alpha * len(rows)), class_weight="balanced",
+                            fit_intercept=fit_intercept, max_iter=500)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        lr.fit(Xr, y[rows])
+    w = np.ascontiguousarray(lr.coef_.ravel(), dtype=np.float64)
+    return w, float(lr.intercept_[0]) if fit_intercept else 0.0
+
+
 class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
     """Shared machinery of the NP and q-value SGD learners."""
 
@@ -254,6 +273,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         "gamma0": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "nu": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "lambda0": [Interval(Real, 0, None, closed="neither")],
+        "init": [StrOptions({"zeros", "logistic"})],
         "epochs": [Interval(Integral, 1, None, closed="left")],
         "fit_intercept": ["boolean"],
         "warm_start": ["boolean"],
@@ -372,7 +392,12 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         plan = self._plan(cfg, n_pos, n_neg, None, X.shape[1])
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows,
                                   block=self.shuffle_block)  # fmt: skip
-        self._train(plan, self.initial_state(X.shape[1]), sampler)
+        st = self.initial_state(X.shape[1])
+        self.init_ = "warm_start" if self._warm() else self.init
+        if self.init_ == "logistic":
+            w, b = logistic_start(X, y, train_rows, self.alpha, self.fit_intercept)
+            st = SGDState(w, b, st.lam, st.t)
+        self._train(plan, st, sampler)
         if held is not None:
             neg = held & (y < 0)
             self._calibrate(
@@ -419,6 +444,12 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         self._check_own_params()
         if not ds.files(self.split):
             raise ValueError(f"{ds.path}: empty shard list for split {self.split!r}")
+        if self.init == "logistic":
+            raise ValueError(
+                f"init='logistic' needs the rows in memory (fit(X, y)); the dataset "
+                f"{ds.path} is streamed: use init='zeros' (or fit on "
+                f"ds.to_csr({self.split!r}))"
+            )
         if (
             self.warm_start
             and hasattr(self, "coef_")
@@ -444,6 +475,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         seed = self._seed_int()
         holdout = (frac, seed) if frac > 0 else None
         st = self.initial_state(ds.n_features)
+        self.init_ = "warm_start" if self._warm() else "zeros"
         if history is not None:
             self.history_ = list(history)
         self.classes_ = np.array([-1, 1])
@@ -456,10 +488,14 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
                           self.split, self.epochs, self.buffer_rows, self.batch_rows,
                           self.shuffle_block)  # fmt: skip
 
+    def _warm(self) -> bool:
+        return bool(self.warm_start and hasattr(self, "coef_"))
+
     def initial_state(self, n_features: int) -> SGDState:
         """The state training starts from: zeros and ``lambda0``, or with
-        ``warm_start`` the fitted model, multiplier and step count."""
-        if self.warm_start and hasattr(self, "coef_"):
+        ``warm_start`` the fitted model, multiplier and step count (the logistic start
+        of ``init`` is put in by the in-memory fit)."""
+        if self._warm():
             if self.coef_.shape[1] != n_features:
                 raise ValueError(
                     f"warm_start: the model has {self.coef_.shape[1]} features, the data "
@@ -656,6 +692,17 @@ class NeymanPearsonSGD(_StochasticRateBase):
         smaller than the learning rate, as the paper advises.
     lambda0 : float > 0, default 1.0
         Initial multiplier (1 weighs the classes equally under balanced sampling).
+    init : {"zeros", "logistic"}, default "zeros"
+        Where (w, b) start. "zeros": the paper's start. "logistic" (in-memory fits
+        only): an L2 logistic regression with balanced class weights and the same
+        regulariser (C = 1 / (alpha n)), solved by L-BFGS on the training rows (never
+        the calibration hold-out, so the umbrella guarantee is kept). It helps where
+        the features are strongly correlated and SGD from zero barely leaves the first
+        principal directions in its epochs, and hurts where the weakly regularised
+        logistic fit overfits a small set (BENCHMARKS, 40 splits at rho 0.1, test Pnd
+        from zero -> from logistic: hill_valley 0.946 -> 0.432, spambase 0.100 ->
+        0.084; ionosphere 0.703 -> 0.812, a9a 4,000 rows 0.372 -> 0.400). ``init_``
+        says what a fit used ("warm_start" when it continued a fitted model).
     epochs : int, default 10
         An epoch is 2 * max(n+, n-) steps with balanced sampling, n otherwise.
     balanced : bool, default True
@@ -755,6 +802,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         gamma0="auto",
         nu="auto",
         lambda0=1.0,
+        init="zeros",
         epochs=10,
         balanced=True,
         calibrate="auto",
@@ -776,6 +824,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         self.gamma0 = gamma0
         self.nu = nu
         self.lambda0 = lambda0
+        self.init = init
         self.epochs = epochs
         self.balanced = balanced
         self.calibrate = calibrate
@@ -890,6 +939,7 @@ class QValueSGD(_StochasticRateBase):
         gamma0="auto",
         nu="auto",
         lambda0=1.0,
+        init="zeros",
         epochs=10,
         fit_intercept=True,
         warm_start=False,
@@ -907,6 +957,7 @@ class QValueSGD(_StochasticRateBase):
         self.gamma0 = gamma0
         self.nu = nu
         self.lambda0 = lambda0
+        self.init = init
         self.epochs = epochs
         self.fit_intercept = fit_intercept
         self.warm_start = warm_start
