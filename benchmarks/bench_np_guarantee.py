@@ -1,11 +1,13 @@
 """The Neyman-Pearson promise on new data, measured as the literature does, against nproc.
 
     python benchmarks/bench_np_guarantee.py [--splits 200] [--sets a9a,spambase,...]
-        [--nproc-python /work/benchenv/bin/python]
+        [--nproc-python /work/benchenv/bin/python] [--inits zeros,logistic]
 
 For every shared set, rho in {0.05, 0.1, 0.2} and ``--splits`` random stratified 50/50
 train/test splits: bigrate's NeymanPearsonSGD with its defaults (calibrate="auto": the
-umbrella order statistic on held-out training negatives, delta = 0.05) and nproc's
+umbrella order statistic on held-out training negatives, delta = 0.05), once for each
+start of ``--inits`` (the default "zeros", and "logistic": rows "bigrate_sgd" and
+"bigrate_sgd_logistic"), and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -126,25 +128,30 @@ def interval(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def run_set(name: str, out: Path, n_splits: int, nproc_python: str | None) -> dict:
+def run_set(
+    name: str, out: Path, n_splits: int, nproc_python: str | None, inits=("zeros",)
+) -> dict:
     from bigrate import BigrateWarning, NeymanPearsonSGD
 
     X, y = load(name, out)
     splits = stratified_splits(y, n_splits)
     res: dict = {"rows": len(y), "features": X.shape[1],
                  "test_negatives": int((~splits[0] & (y < 0)).sum())}  # fmt: skip
-    t = time.perf_counter()
-    for rho in RHOS:
-        got, kinds = [], []
-        for s, train in enumerate(splits):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", BigrateWarning)
-                est = NeymanPearsonSGD(rho=rho, random_state=s).fit(X[train], y[train])
-            got.append(rates(y[~train], est.decision_function(X[~train])))
-            kinds.append(est.guarantee_["kind"])
-        res[f"bigrate_sgd {rho}"] = summarise(got, rho)
-        res[f"bigrate_sgd {rho}"]["guarantee"] = {k: kinds.count(k) for k in set(kinds)}
-    res["bigrate_seconds"] = time.perf_counter() - t
+    for init in inits:
+        t = time.perf_counter()
+        key = "bigrate_sgd" if init == "zeros" else f"bigrate_sgd_{init}"
+        for rho in RHOS:
+            got, kinds = [], []
+            for s, train in enumerate(splits):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", BigrateWarning)
+                    est = NeymanPearsonSGD(rho=rho, init=init, random_state=s)
+                    est.fit(X[train], y[train])
+                got.append(rates(y[~train], est.decision_function(X[~train])))
+                kinds.append(est.guarantee_["kind"])
+            res[f"{key} {rho}"] = summarise(got, rho)
+            res[f"{key} {rho}"]["guarantee"] = {k: kinds.count(k) for k in set(kinds)}
+        res[f"{key}_seconds"] = time.perf_counter() - t
     if nproc_python:
         t = time.perf_counter()
         with np.errstate(all="ignore"):
@@ -193,13 +200,16 @@ def main() -> None:
     ap.add_argument("--nproc-python", default=None,
                     help="python of an environment with nproc (pip install nproc "
                     "--no-deps scikit-learn)")  # fmt: skip
+    ap.add_argument("--inits", default="zeros",
+                    help="NeymanPearsonSGD starts to run, e.g. zeros,logistic")  # fmt: skip
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res = {"splits": a.splits, "delta": DELTA, "sets": {}}
     for name in a.sets.split(","):
-        res["sets"][name] = r = run_set(name, out, a.splits, a.nproc_python)
+        res["sets"][name] = r = run_set(name, out, a.splits, a.nproc_python,
+                                        a.inits.split(","))  # fmt: skip
         print(name, {k: v for k, v in r.items() if not isinstance(v, dict)},
               flush=True)  # fmt: skip
         for rho in RHOS:
