@@ -1,13 +1,13 @@
 """The Neyman-Pearson promise on new data, measured as the literature does, against nproc.
 
     python benchmarks/bench_np_guarantee.py [--splits 200] [--sets a9a,spambase,...]
-        [--nproc-python /work/benchenv/bin/python] [--inits zeros,logistic]
+        [--nproc-python /work/benchenv/bin/python] [--estimators sgd,sgd_logistic,svc]
 
 For every shared set, rho in {0.05, 0.1, 0.2} and ``--splits`` random stratified 50/50
-train/test splits: bigrate's NeymanPearsonSGD with its defaults (calibrate="auto": the
-umbrella order statistic on held-out training negatives, delta = 0.05), once for each
-start of ``--inits`` (the default "zeros", and "logistic": rows "bigrate_sgd" and
-"bigrate_sgd_logistic"), and nproc's
+train/test splits: each bigrate estimator of ``--estimators`` with its defaults
+(calibrate="auto": the umbrella order statistic on held-out training negatives, delta =
+0.05): "sgd" NeymanPearsonSGD, "sgd_logistic" the same from ``init="logistic"``, "svc"
+the kernel NeymanPearsonSVC (rows "bigrate_<name>"); and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -128,25 +128,40 @@ def interval(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _estimators() -> dict:
+    """bigrate's NP estimators by name, each a function of (rho, seed), defaults
+    otherwise."""
+    from bigrate import NeymanPearsonSGD, NeymanPearsonSVC
+
+    return {
+        "sgd": lambda rho, s: NeymanPearsonSGD(rho=rho, random_state=s),
+        "sgd_logistic": lambda rho, s: NeymanPearsonSGD(
+            rho=rho, init="logistic", random_state=s
+        ),
+        "svc": lambda rho, s: NeymanPearsonSVC(rho=rho, random_state=s),
+    }
+
+
 def run_set(
-    name: str, out: Path, n_splits: int, nproc_python: str | None, inits=("zeros",)
+    name: str, out: Path, n_splits: int, nproc_python: str | None, estimators=("sgd",)
 ) -> dict:
-    from bigrate import BigrateWarning, NeymanPearsonSGD
+    from bigrate import BigrateWarning
+
+    ESTIMATORS = _estimators()
 
     X, y = load(name, out)
     splits = stratified_splits(y, n_splits)
     res: dict = {"rows": len(y), "features": X.shape[1],
                  "test_negatives": int((~splits[0] & (y < 0)).sum())}  # fmt: skip
-    for init in inits:
+    for est_name in estimators:
         t = time.perf_counter()
-        key = "bigrate_sgd" if init == "zeros" else f"bigrate_sgd_{init}"
+        key = f"bigrate_{est_name}"
         for rho in RHOS:
             got, kinds = [], []
             for s, train in enumerate(splits):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", BigrateWarning)
-                    est = NeymanPearsonSGD(rho=rho, init=init, random_state=s)
-                    est.fit(X[train], y[train])
+                    est = ESTIMATORS[est_name](rho, s).fit(X[train], y[train])
                 got.append(rates(y[~train], est.decision_function(X[~train])))
                 kinds.append(est.guarantee_["kind"])
             res[f"{key} {rho}"] = summarise(got, rho)
@@ -200,16 +215,20 @@ def main() -> None:
     ap.add_argument("--nproc-python", default=None,
                     help="python of an environment with nproc (pip install nproc "
                     "--no-deps scikit-learn)")  # fmt: skip
-    ap.add_argument("--inits", default="zeros",
-                    help="NeymanPearsonSGD starts to run, e.g. zeros,logistic")  # fmt: skip
+    ap.add_argument("--estimators", default="sgd",
+                    help="bigrate estimators to run: sgd, sgd_logistic, svc")  # fmt: skip
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
+    unknown = set(a.estimators.split(",")) - set(_estimators())
+    if unknown:
+        ap.error(f"--estimators: unknown {sorted(unknown)}; expected some of "
+                 f"{sorted(_estimators())}")  # fmt: skip
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res = {"splits": a.splits, "delta": DELTA, "sets": {}}
     for name in a.sets.split(","):
         res["sets"][name] = r = run_set(name, out, a.splits, a.nproc_python,
-                                        a.inits.split(","))  # fmt: skip
+                                        a.estimators.split(","))  # fmt: skip
         print(name, {k: v for k, v in r.items() if not isinstance(v, dict)},
               flush=True)  # fmt: skip
         for rho in RHOS:

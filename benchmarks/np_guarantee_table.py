@@ -34,7 +34,7 @@ def merged(paths: list[str]) -> tuple[dict, float]:
 def main() -> None:
     sets, delta = merged(sys.argv[1:])
     variants = sorted({k.split()[0] for s in sets.values() for k in s
-                       if k.startswith("bigrate_sgd") and " " in k})  # fmt: skip
+                       if k.startswith("bigrate_") and " " in k})  # fmt: skip
     head = ["set", "rho", "test neg."]
     for v in variants:
         head += [f"{v}: violations [95%]", f"{v}: Pnd"]

@@ -33,18 +33,24 @@ import scipy.sparse as sp
 from bigrate.data.format import RowBlock, RowSequence, gather
 
 
-def holdout_mask(row_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Rows held out for calibration: a deterministic hash of (row_id, seed) below
-    ``fraction``, the same in memory, streaming and on every worker."""
-    if fraction <= 0:
-        return np.zeros(len(row_id), dtype=bool)
+def holdout_score(row_id: np.ndarray, seed: int) -> np.ndarray:
+    """Each row's deterministic hash of (row_id, seed), uniform in [0, 1): a row is
+    held out for calibration when it is below the fraction (:func:`holdout_mask`)."""
     with np.errstate(over="ignore"):
         h = row_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
         h ^= np.uint64((seed * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF)
         h ^= h >> np.uint64(31)
         h *= np.uint64(0x94D049BB133111EB)
         h ^= h >> np.uint64(29)
-    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def holdout_mask(row_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Rows held out for calibration: a deterministic hash of (row_id, seed) below
+    ``fraction``, the same in memory, streaming and on every worker."""
+    if fraction <= 0:
+        return np.zeros(len(row_id), dtype=bool)
+    return holdout_score(row_id, seed) < fraction
 
 
 def steps_per_epoch(n_pos: int, n_neg: int, mode: str) -> int:

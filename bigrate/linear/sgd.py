@@ -45,6 +45,7 @@ from bigrate.linear.sampler import (
     InMemorySampler,
     ShardSampler,
     holdout_mask,
+    holdout_score,
     steps_per_epoch,
 )
 from bigrate.losses import loss_code
@@ -53,6 +54,7 @@ from bigrate.metrics import (
     auto_calibration_fraction,
     np_threshold,
     np_umbrella_threshold,
+    umbrella_need,
 )
 
 
@@ -591,12 +593,15 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         pass
 
     # ---------------------------------------------------------------- calibration
-    def _holdout_fraction(self, n_neg: int) -> float:
+    def _holdout_fraction(self, n_neg: int, scores=None) -> float:
         """The share of the ``n_neg`` negatives held out to calibrate (none here)."""
         return 0.0
 
     def _holdout_rows(self, rid, y):
-        frac = self._holdout_fraction(int((y < 0).sum()))
+        """The negatives held out to calibrate an in-memory fit (``holdout_mask``, as a
+        streamed fit holds out)."""
+        frac = self._holdout_fraction(int((y < 0).sum()), holdout_score(rid[y < 0],
+                                      self._seed_int()))  # fmt: skip
         if frac <= 0:
             return None
         return holdout_mask(rid, frac, self._seed_int()) & (y < 0)
@@ -845,18 +850,25 @@ class NeymanPearsonSGD(_StochasticRateBase):
     def _target(self) -> float:
         return float(self.rho)
 
-    def _holdout_fraction(self, n_neg: int) -> float:
+    def _holdout_fraction(self, n_neg: int, scores=None) -> float:
         """``calibration_fraction``; "auto": 0.3, raised to hold out enough of the
         ``n_neg`` negatives for the umbrella threshold (log(delta) / log(1 - rho) of
-        them, with two binomial standard deviations to spare, since each negative is
-        held out at random) where at most 60% of them do; else 0.3 (the expected-Pfa
-        threshold, with a warning). Recorded as ``calibration_fraction_``."""
+        them) where at most 60% of them do; else 0.3 (the expected-Pfa threshold, with
+        a warning). Each negative is held out by its hash (:func:`holdout_mask`), so a
+        streamed fit adds two binomial standard deviations to spare; an in-memory fit
+        knows the negatives' hashes (``scores``) and takes the smallest fraction that
+        holds out exactly enough. Recorded as ``calibration_fraction_``."""
         if not self.calibrate:
             frac = 0.0
         elif self.calibration_fraction != "auto":
             frac = float(self.calibration_fraction)
-        else:
+        elif scores is None:
             frac = auto_calibration_fraction(n_neg, self.rho, self.delta, spare=2.0)
+        else:
+            frac = auto_calibration_fraction(n_neg, self.rho, self.delta)
+            need = umbrella_need(self.rho, self.delta)
+            if frac > 0.3 and len(scores) >= need:  # the umbrella needs more than 0.3
+                frac = max(0.3, float(np.nextafter(np.sort(scores)[need - 1], 1.0)))
         self.calibration_fraction_ = frac
         return frac
 

@@ -29,6 +29,7 @@ __all__ = [
     "positives_at_q",
     "qvalues",
     "roc_points",
+    "umbrella_need",
 ]
 
 
@@ -164,6 +165,12 @@ def roc_points(y, f) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.r_[0.0, fp / nneg], np.r_[0.0, tp / npos], np.r_[np.inf, fs[last]]
 
 
+def umbrella_need(rho: float, delta: float) -> int:
+    """The fewest held-out negatives the NP umbrella threshold needs:
+    log(delta) / log(1 - rho), rounded up (59 at rho 0.05, delta 0.05)."""
+    return math.ceil(math.log(delta) / math.log(1 - rho))
+
+
 def np_umbrella_order(n: int, rho: float, delta: float) -> int:
     """The rank k (1-based, among n sorted held-out negative scores) of the NP umbrella
     threshold (Tong, Feng and Li 2018): the smallest k with
@@ -174,7 +181,7 @@ def np_umbrella_order(n: int, rho: float, delta: float) -> int:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
-    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    need = umbrella_need(rho, delta)
     if n < need:
         raise ValueError(
             f"the NP umbrella threshold needs at least {need} held-out negatives for "
@@ -240,7 +247,7 @@ def auto_calibration_fraction(
     held-out negatives, plus ``spare`` binomial standard deviations where each
     negative is held out at random) where at most 60% of them do; else 0.3 (then the
     expected-Pfa threshold, with a warning). nproc holds out half of class 0."""
-    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    need = umbrella_need(rho, delta)
     want = (need + spare * math.sqrt(need)) / max(n_neg, 1)
     return max(0.3, want) if want <= 0.6 else 0.3
 
@@ -263,7 +270,7 @@ def np_threshold(neg_scores, rho: float, delta: float = 0.05) -> tuple:
     from bigrate.errors import BigrateWarning
 
     m = len(np.asarray(neg_scores).ravel())
-    need = math.ceil(math.log(delta) / math.log(1 - rho))
+    need = umbrella_need(rho, delta)
     g = {"rho": float(rho), "delta": float(delta), "n_calibration": m}
     if m >= need:
         t = np_umbrella_threshold(neg_scores, rho, delta)

@@ -310,3 +310,28 @@ def test_logistic_start_needs_rows_in_memory(tmp_path):
     q = QValueSGD(init="logistic", random_state=0).fit(X, y)
     assert q.init_ == "logistic"
     assert NeymanPearsonSGD(epochs=1).fit(ds).init_ == "zeros"
+
+
+def test_in_memory_fits_hold_out_exactly_what_the_umbrella_needs():
+    """106 negatives at rho 0.05 (BCW's training half): the umbrella needs 59 held
+    out, which at random with two standard deviations to spare (74) would be over 60% of
+    them; in memory the fit knows every negative's hash, so it holds out exactly 59, by
+    the same hash rule a streamed fit uses at that fraction, and gets the umbrella."""
+    from bigrate.linear.sampler import holdout_mask
+    from bigrate.metrics import umbrella_need
+
+    X, y = blobs(5, n=212, d=5, sep=1.5)
+    y = np.where(np.arange(len(y)) < 106, -1, 1)  # 106 negatives, 106 positives
+    X[y > 0] += 1.0
+    need = umbrella_need(0.05, 0.05)
+    for seed in (0, 1, 2):
+        clf = NeymanPearsonSGD(rho=0.05, epochs=2, random_state=seed).fit(X, y)
+        assert clf.guarantee_["kind"] == "umbrella", clf.guarantee_
+        assert clf.n_calibration_ == need == 59
+        rid = np.arange(len(y))
+        held = holdout_mask(rid, clf.calibration_fraction_, seed) & (y < 0)
+        assert held.sum() == need
+        np.testing.assert_array_equal(held, clf._holdout_rows(rid, y))
+    # where 0.3 is already enough, 0.3 it stays
+    X, y = blobs(0, n=2000)
+    assert NeymanPearsonSGD(rho=0.05, epochs=1).fit(X, y).calibration_fraction_ == 0.3
