@@ -725,9 +725,9 @@ class NeymanPearsonSGD(_StochasticRateBase):
         only.
     calibration_fraction : "auto" or float in (0, 1), default "auto"
         The share of the negatives held out to calibrate. "auto": 0.3, or more where
-        that is what the umbrella threshold needs (at most 0.6; e.g. about 74 of 160
-        negatives at rho 0.05), as nproc holds out half; ``calibration_fraction_``
-        says what a fit used.
+        that is what the umbrella threshold needs (at most 0.6; e.g. of 160
+        negatives at rho 0.05, exactly 59 in memory, about 74 streamed), as nproc
+        holds out half; ``calibration_fraction_`` says what a fit used.
     delta : float in (0, 1), default 0.05
     fit_intercept, warm_start : bool
     batch_rows, buffer_rows : int
