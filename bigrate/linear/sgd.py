@@ -864,11 +864,10 @@ class NeymanPearsonSGD(_StochasticRateBase):
             frac = float(self.calibration_fraction)
         elif scores is None:
             frac = auto_calibration_fraction(n_neg, self.rho, self.delta, spare=2.0)
-        else:
-            frac = auto_calibration_fraction(n_neg, self.rho, self.delta)
-            need = umbrella_need(self.rho, self.delta)
-            if frac > 0.3 and len(scores) >= need:  # the umbrella needs more than 0.3
-                frac = max(0.3, float(np.nextafter(np.sort(scores)[need - 1], 1.0)))
+        else:  # in memory: 0.3, or exactly the need where 0.3 holds out fewer
+            frac, need = 0.3, umbrella_need(self.rho, self.delta)
+            if need <= 0.6 * len(scores) and np.count_nonzero(scores < frac) < need:
+                frac = float(np.nextafter(np.sort(scores)[need - 1], 1.0))
         self.calibration_fraction_ = frac
         return frac
 
