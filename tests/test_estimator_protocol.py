@@ -32,7 +32,9 @@ def _instances():
     """Small, fast configurations of every exported estimator."""
     return [
         NeymanPearsonSGD(epochs=2, random_state=0),
+        NeymanPearsonSGD(epochs=2, init="logistic", random_state=0),
         QValueSGD(epochs=2, random_state=0),
+        QValueSGD(epochs=2, init="logistic", random_state=0),
         CostSensitiveSVC(C_pos=1.0, C_neg=2.0),
         NeymanPearsonSVC(rho=0.2, max_iter=20, random_state=0),
         AUMLinearClassifier(max_iter=20, random_state=0),
