@@ -17,7 +17,7 @@ m(a) - M(a) = max_{I_up} -y G - min_{I_low} -y G <= eps.
 """
 
 import numpy as np
-from numba import njit
+from bigrate._jit import njit
 
 LINEAR = 0
 RBF = 1

@@ -1,7 +1,7 @@
 """Loss kernels: value and derivative of a surrogate at a margin, by code."""
 
 import numpy as np
-from numba import njit
+from bigrate._jit import njit
 
 SIGMOID = 0
 RAMP = 1

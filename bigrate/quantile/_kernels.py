@@ -19,7 +19,7 @@ growable output buffers are tuples described at :func:`dpf_run`.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from bigrate._jit import njit
 
 from bigrate.solvers.cg import cg_solve, gram_matvec
 from bigrate.solvers.cholesky import (

@@ -14,7 +14,7 @@ sw)``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from bigrate._jit import njit
 
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 

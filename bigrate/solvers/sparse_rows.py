@@ -7,7 +7,7 @@ time; inlined, the all-a9a path runs 10-20% faster with the same arithmetic (the
 kinks, bit for bit).
 """
 
-from numba import njit
+from bigrate._jit import njit
 
 __all__ = ["row_axpy", "row_dot"]
 

@@ -1,0 +1,44 @@
+"""``njit`` for bigrate's kernels: numba's, with one compiled version per argument
+*type* when one kernel calls another.
+
+numba compiles a separate version of a jitted function for every literal value a
+jitted caller passes (``_row(i, kp, cols, m, True, stats)`` and ``False`` are two
+versions, ``i = -1`` before a loop a third), and each version costs a full compile:
+on a machine with an empty cache that was most of a first fit's time (issue 47: 6
+versions of the SMO's column filler, 4 of its row fetch). Here a call from jitted
+code is typed with the literals widened to their plain types, so the version a
+Python call compiles serves every caller. No kernel of ours dispatches on a literal
+argument's value at compile time (``numba.literally`` is not used), so the code is
+the same; only the count of versions changes.
+"""
+
+from __future__ import annotations
+
+from numba.core import types
+from numba.core.registry import CPUDispatcher
+
+
+class KernelDispatcher(CPUDispatcher):
+    """A CPU dispatcher that types calls from jitted code without literal arguments."""
+
+    def get_call_template(self, args, kws):
+        args = tuple(types.unliteral(a) for a in args)
+        kws = {k: types.unliteral(v) for k, v in kws.items()}
+        return super().get_call_template(args, kws)
+
+
+def njit(func=None, *, cache: bool = False, **options):
+    """As ``numba.njit(cache=..., nogil=..., inline=..., fastmath=...)``, returning a
+    :class:`KernelDispatcher`."""
+
+    def wrap(f):
+        disp = KernelDispatcher(
+            py_func=f,
+            locals={},
+            targetoptions={"nopython": True, "boundscheck": None, **options},
+        )
+        if cache:
+            disp.enable_caching()
+        return disp
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,59 @@
+"""bigrate's ``njit``: a kernel called by another kernel with literal arguments is
+compiled once per argument type, not once per literal value (each version is a full
+compile, the cost a cold worker pays: issue 47)."""
+
+import importlib
+import pkgutil
+
+import numba
+import numpy as np
+
+import bigrate
+from bigrate._jit import KernelDispatcher, njit
+
+
+def _pair(jit):
+    @jit
+    def callee(i, flag, out):
+        out[0] += i if flag else -i
+        return out[0]
+
+    @jit
+    def caller(out):
+        i = -1
+        callee(i, True, out)
+        callee(3, False, out)
+        callee(-1, False, out)
+        return callee(out.shape[0], True, out)
+
+    return callee, caller
+
+
+def test_literal_arguments_from_a_kernel_compile_one_version():
+    callee, caller = _pair(njit)
+    out = np.zeros(1, np.int64)
+    assert caller(out) == -1 - 3 + 1 + 1
+    assert len(callee.signatures) == 1
+    assert [str(t) for t in callee.signatures[0]] == [
+        "int64",
+        "bool",
+        "array(int64, 1d, C)",
+    ]
+    # the same result as numba's own njit, which compiles a version per literal
+    plain_callee, plain_caller = _pair(numba.njit)
+    out2 = np.zeros(1, np.int64)
+    assert plain_caller(out2) == -2 and out2[0] == out[0]
+    assert len(plain_callee.signatures) > 1
+
+
+def test_every_kernel_of_the_package_uses_the_one_version_dispatcher():
+    plain = []
+    for m in pkgutil.walk_packages(bigrate.__path__, "bigrate."):
+        if m.name.endswith(("_kernels", "cholesky", "least_squares", "dual_cd", "cg",
+                            "sparse_rows", "duplicate_rows")):  # fmt: skip
+            mod = importlib.import_module(m.name)
+            for name, f in vars(mod).items():
+                if isinstance(f, numba.core.registry.CPUDispatcher):
+                    if f.__module__ == mod.__name__ and type(f) is not KernelDispatcher:
+                        plain.append(f"{m.name}.{name}")
+    assert not plain, plain
