@@ -5,6 +5,7 @@
     python benchmarks/bench_sgd.py blockq   (rates with block-shuffled vs permuted rows)
     python benchmarks/bench_sgd.py scale    [--rows 804414] [--repeats 3] [--engine ray]
     python benchmarks/bench_sgd.py ooc      [--rows 4022070]
+    python benchmarks/bench_sgd.py job      [--rows 4022070]
     python benchmarks/bench_sgd.py quality
     python benchmarks/bench_sgd.py qvalue
     python benchmarks/bench_sgd.py all
@@ -17,6 +18,11 @@ scale:   the same epochs on the shards with 2 Dask workers vs 1 (LocalCluster, 1
 ooc:     5x RCV1-scale shards (about 4M rows), 2 workers with memory_limit 1 GiB each:
          completes? throughput (steps/s) of the second epoch as a ratio to the
          in-memory run, the first epoch's apart, and where a round's time goes.
+job:     the same 2 epochs as a whole job (`bigrate run`) submitted by address to a
+         scheduler and 2 fresh workers of 1 GiB started with cluster/dask's scripts
+         (numba's cache filled first by `bigrate warm`): time from the job reaching the
+         cluster to its first finished round, each epoch, and the job's training time
+         against the in-memory one-process fit of the same steps.
 quality: a9a and spambase, rho in {0.01, 0.05, 0.1}: test Pfa, Pnd and fit time (with
          model selection) for NeymanPearsonSGD (defaults, and with the umbrella
          calibration) vs (a) AC-SVM: LinearSVC with class weights over a 15x15 (C+, C-)
@@ -210,7 +216,7 @@ def bench_blockq(out: Path, seeds: int = 3) -> dict:
 def _hop_leaf(start, d, k):
     """A round task with no steps: a state of ``d`` floats from the start."""
     from bigrate.linear.distributed import RoundSum
-    from bigrate.linear.sgd import StateSum
+    from bigrate.linear.steps import StateSum
 
     w = start.start().w if isinstance(start, RoundSum) else start
     return RoundSum(StateSum(1, w + k, 0.0, 0.0, 0.0), np.zeros(6), 1, 0.0, 0.0,
@@ -297,7 +303,7 @@ def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") ->
         auto_rounds_per_epoch,
         combine_rounds,
     )
-    from bigrate.linear.sgd import StateSum
+    from bigrate.linear.steps import StateSum
 
     path = _synth(out, rows)
     ds = ShardedDataset(path)
@@ -457,6 +463,159 @@ def bench_ooc(out: Path, rows: int) -> dict:
         "test_pnd": mb.score_confusion(big, split="test").pnd,
     }
     _save(out, "sgd_ooc", res)
+    return res
+
+
+def _in_memory_rate(out: Path) -> float:
+    """Steps a second of one in-memory epoch of NeymanPearsonSGD in this process (the
+    RCV1-scale synthetic set, 804,414 rows): the rate an out-of-core fit is compared
+    with."""
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+
+    tr = ShardedDataset(_synth(out, 804_414)).to_csr("train")
+    m = NeymanPearsonSGD(epochs=1, random_state=0).fit(tr.X, tr.y)
+    return m.history_[0]["steps"] / m.history_[0]["seconds"]
+
+
+def _start_dask(n_workers: int, memory_limit: str, workdir: Path):
+    """A scheduler and ``n_workers`` worker processes on 127.0.0.1 from cluster/dask's
+    scripts, each in its own process group (stopped by :func:`_stop`); returns
+    (address, processes) once every worker has joined."""
+    import os
+    import socket
+    import subprocess
+
+    from dask.distributed import Client
+
+    repo = HERE.parent
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    procs = [subprocess.Popen(
+        [str(repo / "cluster/dask/start-scheduler.sh")],
+        env={**env, "PORT": str(port), "DASHBOARD": "none"}, cwd=workdir,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )]  # fmt: skip
+    address = f"tcp://127.0.0.1:{port}"
+    procs += [subprocess.Popen(
+        [str(repo / "cluster/dask/start-worker.sh")],
+        env={**env, "SCHEDULER": address, "MEMORY_LIMIT": memory_limit}, cwd=workdir,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    ) for _ in range(n_workers)]  # fmt: skip
+    with Client(address, timeout="60s") as c:
+        c.wait_for_workers(n_workers, timeout=120)
+    return address, procs
+
+
+def _stop(procs) -> None:
+    """Stop the process groups this benchmark started (SIGTERM, then SIGKILL)."""
+    import os
+    import signal
+
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except Exception:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _t(event: dict) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(event["time"]).timestamp()
+
+
+def _job_figures(run: Path, mem_rate: float, wall: float) -> dict:
+    """What a train run's events and metrics say of its time: engine ready, first
+    finished round (from the first checkpoint, less its own write), epochs, training
+    time with and without the checkpoints' writes, against the in-memory rate."""
+    ev = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    first = {}
+    for e in ev:
+        first.setdefault(e["event"], e)
+    ckpts = [e for e in ev if e["event"] == "checkpoint"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    hist = metrics["history"]
+    steps = sum(h["steps"] for h in hist)
+    train_s = first["train_finished"]["seconds"]
+    ckpt_s = sum(c["seconds"] for c in ckpts)
+    r1 = _t(ckpts[0]) - ckpts[0]["seconds"]
+    return {
+        "job_wall_s": wall,
+        "engine_ready_s": first["engine_started"]["seconds"],
+        "first_round_after_cluster_s": r1 - _t(first["engine_started"]),
+        "epoch_seconds": [h["seconds"] for h in hist],
+        "rounds": len(ckpts),
+        "checkpoint_s_total": ckpt_s,
+        "train_s": train_s,
+        "train_s_without_checkpoints": train_s - ckpt_s,
+        "steps": steps,
+        "in_memory_fit_s_same_steps": steps / mem_rate,
+        "job_time_ratio": steps / mem_rate / (train_s - ckpt_s),
+        "job_time_ratio_with_checkpoints": steps / mem_rate / train_s,
+        "test": metrics["evaluation"]["test"],
+    }
+
+
+def bench_job(out: Path, rows: int) -> dict:
+    """The whole 2-epoch job by address, twice on the same cluster: on its fresh 1 GiB
+    workers, then on the same workers warm (bigrate imported, kernels loaded). Per-round
+    times come from a checkpoint every round; their own cost is recorded and taken out
+    of the figures it would inflate."""
+    import subprocess
+    import tempfile
+
+    data = _synth(out, rows).resolve()
+    mem_rate = _in_memory_rate(out)
+    subprocess.run([sys.executable, "-m", "bigrate.cli", "warm", "--estimator",
+                    "NeymanPearsonSGD"], check=True, capture_output=True)  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="bigrate-job-bench-"))
+    job = work / "job.toml"
+    job.write_text(f"""[job]
+kind = "train"
+name = "ooc-job"
+[data]
+path = "{data}"
+[model]
+estimator = "NeymanPearsonSGD"
+params = {{ epochs = 2, random_state = 0 }}
+[engine]
+name = "dask"
+workers = 2
+[output]
+dir = "{work / "runs"}"
+checkpoint_rounds = 1
+""")
+    res = {"rows": rows, "workers": 2, "worker_memory_limit": "1GiB",
+           "in_memory_steps_per_s": mem_rate}  # fmt: skip
+    address, procs = _start_dask(2, "1GiB", work)
+    try:
+        for which in ("fresh_workers", "warm_workers"):
+            before = (
+                set((work / "runs").glob("*")) if (work / "runs").exists() else set()
+            )
+            t0 = time.time()
+            p = subprocess.run(
+                [sys.executable, "-m", "bigrate.cli", "run", str(job), "--address",
+                 address], capture_output=True, text=True, cwd=work,
+            )  # fmt: skip
+            wall = time.time() - t0
+            if p.returncode != 0:
+                raise RuntimeError(
+                    f"the job failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+                )
+            (run,) = set((work / "runs").glob("*")) - before
+            res[which] = _job_figures(run, mem_rate, wall)
+    finally:
+        _stop(procs)
+    _save(out, "sgd_ooc_job", res)
     return res
 
 
@@ -687,6 +846,7 @@ def main() -> None:
             "blockq",
             "scale",
             "ooc",
+            "job",
             "quality",
             "qvalue",
             "all",
@@ -715,6 +875,8 @@ def main() -> None:
             bench_scale(out, a.rows or 804_414, a.repeats, a.engine)
         elif w == "ooc":
             bench_ooc(out, a.rows or 5 * 804_414)
+        elif w == "job":
+            bench_job(out, a.rows or 5 * 804_414)
         elif w == "quality":
             bench_quality(out)
         elif w == "qvalue":

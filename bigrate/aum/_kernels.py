@@ -17,6 +17,7 @@ heap keyed by step size; entries made stale by a swap are skipped when popped.
 """
 
 import numpy as np
+
 from bigrate._jit import njit
 
 FIRST_MIN = 0

@@ -17,6 +17,7 @@ m(a) - M(a) = max_{I_up} -y G - min_{I_low} -y G <= eps.
 """
 
 import numpy as np
+
 from bigrate._jit import njit
 
 LINEAR = 0

@@ -13,8 +13,8 @@ positives, n_pos with f <= 0] (margins taken before each update: a progressive e
 """
 
 import numpy as np
-from bigrate._jit import njit
 
+from bigrate._jit import njit
 from bigrate.losses._kernels import loss_and_derivative
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 

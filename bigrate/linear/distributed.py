@@ -3,7 +3,7 @@
 The learner owns the algorithm; the engine only runs the tasks (as dask-ml's
 ``Incremental`` only calls ``partial_fit``). It is written against the estimator's
 streaming protocol (:meth:`~bigrate.linear.sgd.NeymanPearsonSGD.start_stream`,
-:func:`~bigrate.linear.sgd.steps_from`, :func:`~bigrate.linear.sgd.merge_states`,
+:func:`~bigrate.linear.steps.steps_from`, :func:`~bigrate.linear.steps.merge_states`,
 ``record_epoch``, ``finish_stream``) and the engine interface
 (:mod:`bigrate.engines.base`).
 
@@ -47,7 +47,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.engines.base import ClusterLost, Reduced
 from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
 from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
-from bigrate.linear.sgd import (
+from bigrate.linear.steps import (
     KernelConfig,
     SGDState,
     StateSum,
@@ -238,7 +238,7 @@ _TASK_PARTS = ("read_s", "gather_s", "steps_s", "setup_s")
 @dataclass
 class RoundSum:
     """Workers' round results summed along the engine's reduction tree: their states
-    (:class:`~bigrate.linear.sgd.StateSum`), false-alarm statistics, how many tasks,
+    (:class:`~bigrate.linear.steps.StateSum`), false-alarm statistics, how many tasks,
     the slowest task's and the tasks' total seconds and parts (``_TASK_PARTS``), and
     the seconds the combinations themselves took."""
 

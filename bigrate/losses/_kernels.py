@@ -1,6 +1,7 @@
 """Loss kernels: value and derivative of a surrogate at a margin, by code."""
 
 import numpy as np
+
 from bigrate._jit import njit
 
 SIGMOID = 0

@@ -19,8 +19,8 @@ growable output buffers are tuples described at :func:`dpf_run`.
 from __future__ import annotations
 
 import numpy as np
-from bigrate._jit import njit
 
+from bigrate._jit import njit
 from bigrate.solvers.cg import cg_solve, gram_matvec
 from bigrate.solvers.cholesky import (
     chol_append,

@@ -4,8 +4,8 @@ indices, data, y, sw)``: Q is never formed, a product is two passes over the row
 """
 
 import numpy as np
-from bigrate._jit import njit
 
+from bigrate._jit import njit
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 
 __all__ = ["cg_solve", "gram_matvec"]

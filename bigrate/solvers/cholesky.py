@@ -6,6 +6,7 @@ a refactorisation.
 """
 
 import numpy as np
+
 from bigrate._jit import njit
 
 __all__ = ["chol_append", "chol_finish_row", "chol_remove", "chol_solve"]

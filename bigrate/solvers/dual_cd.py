@@ -14,8 +14,8 @@ sw)``.
 from __future__ import annotations
 
 import numpy as np
-from bigrate._jit import njit
 
+from bigrate._jit import njit
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 
 # status codes

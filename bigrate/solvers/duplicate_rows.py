@@ -3,6 +3,7 @@ same label, indices and value bits share a group (the quantile path merges them 
 one row of summed weight)."""
 
 import numpy as np
+
 from bigrate._jit import njit
 
 __all__ = ["merge_groups", "row_hashes"]

@@ -14,8 +14,8 @@ row operation a column).
 """
 
 import numpy as np
-from bigrate._jit import njit
 
+from bigrate._jit import njit
 from bigrate.solvers.cholesky import chol_solve
 from bigrate.solvers.sparse_rows import row_axpy, row_dot
 

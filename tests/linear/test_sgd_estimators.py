@@ -100,11 +100,11 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
             done += k
     order = np.concatenate(order)
     assert len(np.unique(order)) > 0.9 * len(y)  # the stream covers the data
-    from bigrate.linear.sgd import run_steps
+    from bigrate.linear.steps import run_steps
 
     mem = NeymanPearsonSGD(**params).fit(X[:50], y[:50])  # resolves params
     cfg = streamed.config_
-    from bigrate.linear.sgd import KernelConfig
+    from bigrate.linear.steps import KernelConfig
 
     v, state = np.zeros(X.shape[1]), np.array([1.0, 0.0, 1.0, 0.0])
     Xs = sp.csr_matrix(X.astype(np.float32))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from bigrate.linear.sgd import KernelConfig, run_steps
+from bigrate.linear.steps import KernelConfig, run_steps
 from bigrate.losses import loss_code
 
 

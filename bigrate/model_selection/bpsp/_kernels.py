@@ -15,6 +15,7 @@ documents. Partitions are int8 vectors: 0 = R (alpha = 0), 1 = M (on the margin)
 from __future__ import annotations
 
 import numpy as np
+
 from bigrate._jit import njit
 
 R_SET, M_SET, E_SET = 0, 1, 2
