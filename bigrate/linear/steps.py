@@ -40,45 +40,14 @@ def run_steps(
     stats: np.ndarray,
 ) -> None:
     """Run the steps of one chunk in place on (v, state); raise on divergence."""
-    indptr, indices, data = X.indptr, X.indices, X.data
+    rows = (X.indptr, X.indices, X.data)
+    # the model, its multiplier and the step sizes: the same for both kernels
+    rest = (v, state, cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
+            cfg.loss, cfg.intercept_rate, stats)  # fmt: skip
     if cfg.mode == "pairs":
-        status = K.qvalue_sgd_steps(
-            indptr,
-            indices,
-            data,
-            order[0],
-            order[1],
-            v,
-            state,
-            cfg.lambda_c,
-            cfg.gamma0,
-            cfg.nu,
-            cfg.target,
-            cfg.eta,
-            cfg.loss,
-            cfg.intercept_rate,
-            stats,
-        )
+        status = K.qvalue_sgd_steps(*rows, order[0], order[1], *rest)
     else:
-        status = K.np_sgd_steps(
-            indptr,
-            indices,
-            data,
-            y,
-            order,
-            cfg.w_pos,
-            cfg.w_neg,
-            v,
-            state,
-            cfg.lambda_c,
-            cfg.gamma0,
-            cfg.nu,
-            cfg.target,
-            cfg.eta,
-            cfg.loss,
-            cfg.intercept_rate,
-            stats,
-        )
+        status = K.np_sgd_steps(*rows, y, order, cfg.w_pos, cfg.w_neg, *rest)
     if status == K.NON_FINITE:
         raise FloatingPointError(
             f"training diverged at step {int(state[3])}: w, b or the multiplier became "
