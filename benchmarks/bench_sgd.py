@@ -432,11 +432,7 @@ def bench_ooc(out: Path, rows: int) -> dict:
     from bigrate.linear import fit_distributed
 
     big = ShardedDataset(_synth(out, rows))
-    small = ShardedDataset(_synth(out, 804_414))
-    tr = small.to_csr("train")
-    m = NeymanPearsonSGD(epochs=1, random_state=0).fit(tr.X, tr.y)
-    mem_rate = m.history_[0]["steps"] / m.history_[0]["seconds"]
-    del tr
+    mem_rate = _in_memory_rate(out)
     with DaskEngine(n_workers=2, memory_limit="1GiB", dashboard=False) as eng:
         t = time.perf_counter()
         mb = fit_distributed(
@@ -512,6 +508,7 @@ def _stop(procs) -> None:
     """Stop the process groups this benchmark started (SIGTERM, then SIGKILL)."""
     import os
     import signal
+    import subprocess
 
     for p in procs:
         try:
@@ -521,7 +518,7 @@ def _stop(procs) -> None:
     for p in procs:
         try:
             p.wait(timeout=30)
-        except Exception:
+        except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
 
@@ -569,6 +566,7 @@ def bench_job(out: Path, rows: int) -> dict:
     workers, then on the same workers warm (bigrate imported, kernels loaded). Per-round
     times come from a checkpoint every round; their own cost is recorded and taken out
     of the figures it would inflate."""
+    import shutil
     import subprocess
     import tempfile
 
@@ -615,6 +613,7 @@ checkpoint_rounds = 1
             res[which] = _job_figures(run, mem_rate, wall)
     finally:
         _stop(procs)
+        shutil.rmtree(work, ignore_errors=True)  # run directories and checkpoints
     _save(out, "sgd_ooc_job", res)
     return res
 
