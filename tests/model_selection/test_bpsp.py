@@ -362,6 +362,7 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
 
     X, y = _data(40, seed=3)
     Kv = cross_kernel(_data(9, seed=4)[0], X, "rbf", 0.5, 0.0, 3)
+    KvT = np.ascontiguousarray(Kv.T)
     p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
     args = (p.Q, p.y, p.box, p.space.r_coef)
     kinds = set()
@@ -372,7 +373,8 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     # region's every neighbour from scratch in Python
     for st in states[:: max(1, len(states) // 400)]:
         a, b, g, ineq, singular, _, M, B = _solved(K, args, st)
-        h = K.numerators(Kv, p.y, st, a, b)
+        h = K.numerators(KvT, p.y, st, a, b)
+        np.testing.assert_allclose(h, Kv @ (a * p.y[:, None]) + b, atol=1e-12)
         for f in range(ineq.shape[0]):
             row, kind = int(ineq[f, 3]), int(ineq[f, 4])
             child = st.copy()
@@ -380,7 +382,7 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
             want = _solved(K, args, child)
             if want[4]:
                 continue  # singular: the walk solves it from scratch
-            ok, M2, B2, a2, b2, g2, h2, ineq2 = K.update(*args, Kv, child, row, kind,
+            ok, M2, B2, a2, b2, g2, h2, ineq2 = K.update(*args, KvT, child, row, kind,
                                                          M, B, a, b, g, h)  # fmt: skip
             if not ok:  # too inaccurate (the walk solves it from scratch)
                 refused += 1
@@ -392,7 +394,7 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
             np.testing.assert_allclose(B_got, B_want, atol=1e-9 * abs(B_want).max())
             for got_, want_ in ((a2, want[0]), (b2, want[1]), (g2, want[2]),
                                 (ineq2, want[3]),
-                                (h2, K.numerators(Kv, p.y, child, want[0], want[1]))):  # fmt: skip
+                                (h2, K.numerators(KvT, p.y, child, want[0], want[1]))):  # fmt: skip
                 np.testing.assert_allclose(got_, want_, atol=1e-10)
             kinds.add(kind)
             checked += 1
@@ -409,19 +411,20 @@ def test_an_update_that_lost_accuracy_is_refused():
     p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
     args = (p.Q, p.y, p.box, p.space.r_coef)
     Kv = np.zeros((0, len(y)))
+    KvT = np.zeros((len(y), 0))
     st = p._run_compiled(None, Kv).states[5]
     a, b, g, ineq, _, _, M, B = _solved(K, args, st)
-    h = K.numerators(Kv, p.y, st, a, b)
+    h = K.numerators(KvT, p.y, st, a, b)
     f = next(f for f in range(len(ineq)) if ineq[f, 4] in (K.E_ROW, K.R_ROW))
     row, kind = int(ineq[f, 3]), int(ineq[f, 4])
     child = st.copy()
     child[row] = K.M_SET
-    assert K.update(*args, Kv, child, row, kind, M, B, a, b, g, h)[0]
+    assert K.update(*args, KvT, child, row, kind, M, B, a, b, g, h)[0]
     # a parent inverse off by a relative 1e-9 (what a long chain of updates of an
     # ill-conditioned system can leave)
     noisy = B * (1 + 1e-9 * np.random.default_rng(0).standard_normal(B.shape))
     noisy = (noisy + noisy.T) / 2
-    assert not K.update(*args, Kv, child, row, kind, M, noisy, a, b, g, h)[0]
+    assert not K.update(*args, KvT, child, row, kind, M, noisy, a, b, g, h)[0]
 
 
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])

@@ -196,25 +196,27 @@ def bordered_inverse(Q, y, box, rcoef, state):
 
 
 @njit(cache=True, nogil=True)
-def numerators(Kv, y, state, alpha, bprime):
+def numerators(KvT, y, state, alpha, bprime):
     """The validation rows' decision-value numerators h = Kv (alpha * y) + b' (n_val,
-    3) as coefficients of (1, p1, p2)."""
-    nv, n = Kv.shape
-    h = np.empty((nv, 3))
-    for v in range(nv):
-        h0, h1, h2 = bprime[0], bprime[1], bprime[2]
-        for j in range(n):
-            if state[j] != R_SET:
-                w = Kv[v, j] * y[j]
-                h0 += w * alpha[j, 0]
-                h1 += w * alpha[j, 1]
-                h2 += w * alpha[j, 2]
-        h[v, 0], h[v, 1], h[v, 2] = h0, h1, h2
-    return h
+    3) as coefficients of (1, p1, p2); ``KvT`` (n, n_val): the validation rows' kernel
+    columns, one training row's against every validation row contiguous."""
+    n, nv = KvT.shape
+    hT = np.empty((3, nv))
+    for t in range(3):
+        hT[t, :] = bprime[t]
+    for j in range(n):
+        if state[j] != R_SET:
+            w0, w1, w2 = y[j] * alpha[j, 0], y[j] * alpha[j, 1], y[j] * alpha[j, 2]
+            for v in range(nv):
+                k = KvT[j, v]
+                hT[0, v] += k * w0
+                hT[1, v] += k * w1
+                hT[2, v] += k * w2
+    return np.ascontiguousarray(hT.T)
 
 
 @njit(cache=True, nogil=True)
-def update(Q, y, box, rcoef, Kv, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt_p,
+def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt_p,
            h_p):  # fmt: skip
     """The system of the partition ``state``, which is its parent's (margin rows
     ``Mp``, bordered inverse ``Bp``, solution ``alpha_p``, ``bprime_p``, ``gt_p``,
@@ -231,7 +233,7 @@ def update(Q, y, box, rcoef, Kv, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt
     system is nearly singular (|s| or |B_row,row| under 1e-8 of its terms): the
     caller solves it from scratch."""
     n = y.shape[0]
-    nv = Kv.shape[0]
+    nv = KvT.shape[1]
     mb = Bp.shape[0]
     ell = np.empty(3)
     if kind == E_ROW or kind == R_ROW:  # the row joins M, last
@@ -337,14 +339,16 @@ def update(Q, y, box, rcoef, Kv, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt
     if res > UPDATE_RESIDUAL * big:
         return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
                 np.zeros((0, 5)))  # fmt: skip
+    hv = np.full(nv, d[0])
+    for k in range(rows.shape[0]):
+        j = rows[k]
+        w = y[j] * d[k + 1]
+        for v in range(nv):
+            hv[v] += w * KvT[j, v]
     h = h_p.copy()
     for v in range(nv):
-        hv = d[0]
-        for k in range(rows.shape[0]):
-            j = rows[k]
-            hv += Kv[v, j] * y[j] * d[k + 1]
         for t in range(3):
-            h[v, t] += hv * ell[t]
+            h[v, t] += hv[v] * ell[t]
     ineq = inequalities(alpha, gt, state, box, rcoef, True)
     return True, M, B, alpha, bprime, gt, h, ineq
 
@@ -672,7 +676,7 @@ def _across_facet(st, P, lab, ineq, i, probe, diag):
 
 
 @njit(cache=True, nogil=True)
-def walk(Q, y, box, rcoef, dom, Kv,
+def walk(Q, y, box, rcoef, dom, KvT,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget):  # fmt: skip
@@ -683,8 +687,8 @@ def walk(Q, y, box, rcoef, dom, Kv,
     (WALK_SINGULAR: non-unique duals, for the caller's exact slow path).
 
     Each region is recorded once, whole: its partition, its polygon in ``dom`` and, for
-    the validation rows of ``Kv`` (n_val, n), the numerators h = Kv (alpha * y) + b' of
-    their decision values as coefficients of (1, p1, p2). A move is first checked at a
+    the validation rows (``KvT`` (n, n_val): their kernel columns), the numerators h =
+    Kv (alpha * y) + b' of their decision values as coefficients of (1, p1, p2). A move is first checked at a
     point just across its facet (``probe`` > 0); where the region's solution carried
     there breaks several rows (a degenerate crossing) they all move; a move that does
     not hold there is dropped (``correcting``: corrected there instead).
@@ -696,7 +700,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
     regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
     at v is intact while at[0] <= v + len(pool))."""
     n = y.shape[0]
-    nv = Kv.shape[0]
+    nv = KvT.shape[1]
     cap = 64
     r_state = np.empty((cap, n), np.int8)
     r_off = np.zeros(cap + 1, np.int64)
@@ -720,7 +724,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
             Mp, Bp, ap, bp, gp, hp_, depth = _pool_get(pool, parent, n, nv)
             if depth < MAX_UPDATES:
                 ok, Mc, Bc, alpha, bprime, gt, h, ineq = update(
-                    Q, y, box, rcoef, Kv, st, move // 4, move % 4, Mp, Bp, ap, bp, gp,
+                    Q, y, box, rcoef, KvT, st, move // 4, move % 4, Mp, Bp, ap, bp, gp,
                     hp_,
                 )  # fmt: skip
                 depth += 1
@@ -764,7 +768,7 @@ def walk(Q, y, box, rcoef, dom, Kv,
             r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A
         )
         if fresh:
-            h = numerators(Kv, y, st, alpha, bprime)
+            h = numerators(KvT, y, st, alpha, bprime)
             Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
             if pool.shape[0] > 0:
                 Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)

@@ -38,6 +38,7 @@ dual (boxes C+ / C-, margin level 1), where the solution is affine in (C+, C-): 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,6 +214,11 @@ class Diagnostics:
     # 1 where the walk met a singular bordered system (a non-unique dual) and the
     # partition was redone by the exact but slower walk over shapely polygons
     slow_path: int = 0
+    # where a task's time went: the compiled walk, the gaps (GEOS unions and the
+    # direct solves that seed them) and the invariant cells
+    walk_seconds: float = 0.0
+    seeding_seconds: float = 0.0
+    cells_seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -367,8 +373,10 @@ class Partitioner:
             vert = np.concatenate(vert) if vert else np.zeros((0, 2))
             off, owner = np.array(off, np.int64), np.array(owner, np.int64)
             H = np.array(H) if H else np.zeros((0, len(y_val), 3))
+        t0 = time.perf_counter()
         cv, co, _, fn, fp = _k.cells(vert, off, owner, np.ascontiguousarray(H), y_val,
                                      1e-12)  # fmt: skip
+        self.diag.cells_seconds += time.perf_counter() - t0
         return {"vert": cv, "off": co, "fn": fn, "fp": fp}
 
     def _guard(self, n_regions, covered, total):
@@ -395,7 +403,8 @@ class Partitioner:
         dom = vertices_ccw(rect)
         total = rect.area
         n = len(self.y)
-        Kv = np.zeros((0, n)) if Kv is None else Kv
+        # the validation rows' kernel columns: a training row's contiguous
+        KvT = np.zeros((n, 0)) if Kv is None else np.ascontiguousarray(Kv.T)
         rcoef = self.space.r_coef
         table, store, n_seen = (
             np.full(1024, -1, np.int64),
@@ -418,6 +427,7 @@ class Partitioner:
         # regions per walk call: a progress report between calls
         chunk = 2000 if progress is not None else self.max_regions + 1
         for _round in range(50):
+            t0 = time.perf_counter()
             for area in seeds:
                 st = self._seed(
                     area, lambda s, t=table, m=store: _k.seen_contains(t, m, s), rng
@@ -428,21 +438,26 @@ class Partitioner:
                     qlink = np.vstack([qlink, qlink])
                 qst[tail], qhas[tail], qlink[tail] = st, False, -1
                 tail += 1
+            self.diag.seeding_seconds += time.perf_counter() - t0
             found = 0
             while True:
+                t0 = time.perf_counter()
                 out = _k.walk(
-                    self.Q, self.y, self.box, rcoef, dom, Kv,
+                    self.Q, self.y, self.box, rcoef, dom, KvT,
                     table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
                     kd, CLIP_TOL, self.area_tol, probe, correcting,
                     min(chunk, self.max_regions + 1 - n_regions),
                 )  # fmt: skip
+                self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
                  tail) = out[:10]  # fmt: skip
                 new = out[10:]
                 if status == _k.WALK_SINGULAR:
+                    d = self.diag  # the time spent so far is kept
                     self.diag = Diagnostics(
-                        slow_path=1, direct_solves=self.diag.direct_solves
-                    )
+                        slow_path=1, direct_solves=d.direct_solves,
+                        walk_seconds=d.walk_seconds, seeding_seconds=d.seeding_seconds,
+                    )  # fmt: skip
                     return None
                 if len(new[3]):
                     chunks.append(new)
@@ -460,7 +475,9 @@ class Partitioner:
             new_polys = [Polygon(c[1][c[2][r] : c[2][r + 1]])
                          for c in chunks[united:] for r in range(len(c[3]))]  # fmt: skip
             united = len(chunks)
+            t0 = time.perf_counter()
             union, gaps, finished = self._unite(rect, union, new_polys, _round, found)
+            self.diag.seeding_seconds += time.perf_counter() - t0
             if finished:
                 break
             seeds = gaps
@@ -476,7 +493,7 @@ class Partitioner:
         if gaps:
             d.unresolved_pieces += len(gaps)
             d.unresolved_area += sum(g.area for g in gaps)
-        walked = self._gather(chunks, Kv.shape[0])
+        walked = self._gather(chunks, KvT.shape[1])
         # regions reach CLIP_TOL past their lines, so neighbours share a strip of
         # that width along every edge: more than that is an overlap
         slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
