@@ -416,7 +416,8 @@ def clip(V, lab, ineq, tol):
     d = np.empty(cap)
     for j in range(ineq.shape[0]):
         a, b = ineq[j, 0], ineq[j, 1]
-        c = ineq[j, 2] + tol * np.hypot(a, b) if tol > 0 else ineq[j, 2]
+        # |(a, b)| by sqrt: no overflow at these magnitudes, 3x cheaper than hypot
+        c = ineq[j, 2] + tol * np.sqrt(a * a + b * b) if tol > 0 else ineq[j, 2]
         if Y.shape[0] < 2 * k + 2:
             # a cut adds one vertex to a convex polygon, but rounding on nearly
             # collinear vertices can make it cross the line more often: at most one

@@ -73,6 +73,16 @@ def fold_cells(data, train, test, params):
     """One task of the search: the partition on the training rows and its invariant
     cells on the test rows, as arrays (plain data: ``vert``, ``off``, ``fn``, ``fp``
     and ``diagnostics``)."""
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: the solves here are of n_M ~ 100 rows, where OpenBLAS's
+    # threads cost more in hand-offs than they gain, and the engine runs one task
+    # per core (more threads would fight over them)
+    with threadpool_limits(1, user_api="blas"):
+        return _fold_cells(data, train, test, params)
+
+
+def _fold_cells(data, train, test, params):
     import time
 
     X, y = data
