@@ -1,6 +1,7 @@
 """BPSP vs grid search for the cost-sensitive SVM (issue: BPSP, Gu et al. 2015 Table 1).
 
     python benchmarks/bench_bpsp.py [--sets sonar,ionosphere,...] [--costs 2,5,10,ratio]
+        [--rows N] [--engine local|ray] [--no-path]
 
 The paper's protocol: 30% of a dataset (stratified; standardised) is the CV set, split
 into 5 folds. Validation cost: cost_fn = C(-,+) in {2, 5, 10, class ratio} for a
@@ -16,8 +17,14 @@ paths in eta = C+ / (C+ + C-) at 20 values of C+ + C- log-spaced over [0.02, 100
 CV error = cost-weighted errors per CV row. BPSP partitions once per set (a whole fit at
 the first cost) and re-scores the other costs on it (``best_for_costs``); each row
 reports the whole fit's time (as if run alone) and the re-scoring time. Writes
-benchmarks/out/bpsp.json after every row (rows of other datasets / costs already there
-are kept).
+benchmarks/out/bpsp.json after every row (rows of other datasets / sizes / costs already
+there are kept).
+
+``--rows N``: the CV set is a stratified sample of N rows (instead of 30%, or spambase's
+200), for the sets of 250-600 CV rows. ``--engine ray``: BPSPSearchCV's default engine
+(embedded Ray on 127.0.0.1, one task per core), started before the clock. Every row
+also reports where the tasks' time went (the compiled walk, the seeding of gaps, the
+invariant cells) and the regions per space. ``--no-path`` skips the eta-path column.
 """
 
 from __future__ import annotations
@@ -52,11 +59,15 @@ def load(name):
     return X, y
 
 
-def cv_set(X, y, seed=0, cap=None):
+def cv_set(X, y, seed=0, cap=None, rows=None):
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
     size = 0.3 if cap is None else min(0.3, cap / len(y))
+    if rows is not None:
+        if not 10 <= rows < len(y):
+            raise SystemExit(f"--rows must be from 10 to {len(y) - 1}, got {rows}")
+        size = rows
     _, Xc, _, yc = train_test_split(X, y, test_size=size, stratify=y, random_state=seed)
     return StandardScaler().fit_transform(Xc), yc
 
@@ -129,12 +140,19 @@ def main():
             else SETS)  # fmt: skip
     costs = (sys.argv[sys.argv.index("--costs") + 1].split(",") if "--costs" in sys.argv
              else ["2", "5", "10", "ratio"])  # fmt: skip
+    rows = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else None
+    engine = (
+        sys.argv[sys.argv.index("--engine") + 1] if "--engine" in sys.argv else "local"
+    )
+    if engine not in ("local", "ray"):
+        raise SystemExit(f"--engine must be local or ray, got {engine!r}")
+    with_path = "--no-path" not in sys.argv
     path = HERE / "out" / "bpsp.json"
     out = {"lambda_min": LAMBDA_MIN, "results": []}
     warm_up(sets[0])
     for name in sets:
         X, y = load(name)
-        Xc, yc = cv_set(X, y, cap=200 if name == "spambase" else None)
+        Xc, yc = cv_set(X, y, cap=200 if name == "spambase" else None, rows=rows)
         folds = list(StratifiedKFold(5, shuffle=True, random_state=0).split(Xc, yc))
         gamma = resolve_gamma("scale", Xc)
         s = None
@@ -149,8 +167,8 @@ def main():
             if s is None:
                 t = time.perf_counter()
                 s = BPSPSearchCV(gamma=gamma, cv=folds, cost_fn=cost_fn,
-                                 engine="local", lambda_min=LAMBDA_MIN,
-                                 max_regions=200_000, progress=False).fit(Xc, yc)  # fmt: skip
+                                 engine=engine, lambda_min=LAMBDA_MIN,
+                                 max_regions=400_000, progress=False).fit(Xc, yc)  # fmt: skip
                 fit_s = time.perf_counter() - t
             t = time.perf_counter()
             best = s.best_for_costs([(cost_fn, 1.0)])[0]
@@ -162,13 +180,33 @@ def main():
                 g_err, g_cp, g_cn, fits = grid_cv(Xc, yc, folds, gamma, cost_fn, 1.0)
             grid_s = time.perf_counter() - t
             t = time.perf_counter()
-            walk = eta_path_cv(Xc, yc, folds, gamma=gamma, cost_fn=cost_fn,
-                               c_sum=(0.02, 1.0 / LAMBDA_MIN))  # fmt: skip
-            path_s = time.perf_counter() - t
+            walk = (
+                eta_path_cv(
+                    Xc,
+                    yc,
+                    folds,
+                    gamma=gamma,
+                    cost_fn=cost_fn,
+                    c_sum=(0.02, 1.0 / LAMBDA_MIN),
+                )  # fmt: skip
+                if with_path
+                else {"cv_error": None, "pieces": None, "C_pos": None, "C_neg": None}
+            )
+            path_s = time.perf_counter() - t if with_path else None
             d = s.diagnostics_[gamma]
             per_fold = [f for per in d.values() for f in per]
+            # where the tasks' time went, and the regions, per space
+            spaces = {
+                sp: {k: sum(f[k] for f in d[sp])
+                     for k in ("regions", "walk_seconds", "seeding_seconds",
+                               "cells_seconds", "seconds", "direct_solves",
+                               "corrections", "degenerate_moves", "updated_systems",
+                               "slow_path")}
+                for sp in d
+            }  # fmt: skip
             r = {
                 "dataset": name, "cv_rows": len(yc), "cost_fn": cost_fn,
+                "engine": engine, "spaces": spaces,
                 "bpsp_cv_error": best["cv_error"], "bpsp_seconds": bpsp_s,
                 "bpsp_rescore_seconds": rescore_s, "bpsp_params": best["params"],
                 "bpsp_best_area": best["area"],
@@ -193,9 +231,11 @@ def main():
             # (a run on other sets may have added some meanwhile)
             if path.exists():
                 out["results"] = json.loads(path.read_text()).get("results", [])
+            key = (name, len(yc), cost_fn, engine)
             out["results"] = [
                 o for o in out["results"]
-                if (o["dataset"], o["cost_fn"]) != (name, cost_fn)
+                if (o["dataset"], o["cv_rows"], o["cost_fn"],
+                    o.get("engine", "local")) != key
             ] + [r]  # fmt: skip
             print(json.dumps(r), flush=True)
             # after every row, atomically: an interrupted run keeps what it measured

@@ -167,7 +167,10 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     lambda_min : float in (0, 1)
         Smallest lambda (largest C+ + C- = 1 / lambda_min) searched.
     max_regions : int
-        Per fold and gamma: stop with an error beyond this many regions.
+        Per fold, gamma and space: stop with an error beyond this many regions. The
+        default, 500,000, lets sets of ~600 CV rows through (spambase's 300 rows make
+        ~43,000 regions a fold and space; 200 rows ~10,000); a region holds its
+        partition (a byte per training row) and 24 bytes per validation row.
     run_dir : path or None
         Where the partition is saved (``bpsp_partition.json``, GeoJSON-like, and the
         CV-error map ``bpsp_cv_error.png``).
@@ -220,7 +223,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
 
     def __init__(self, *, kernel="rbf", gamma="scale", coef0=0.0, degree=3, cv=5,
                  cost_fn=1.0, cost_fp=1.0, engine="ray", address=None,
-                 lambda_min=1e-3, max_regions=20_000, run_dir=None, random_state=0,
+                 lambda_min=1e-3, max_regions=500_000, run_dir=None, random_state=0,
                  progress=True, method="neighbours",
                  spaces=("lambda_eta", "c_pos_c_neg")):  # fmt: skip
         self.kernel = kernel
