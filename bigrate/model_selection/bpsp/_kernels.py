@@ -689,10 +689,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
 
     Each region is recorded once, whole: its partition, its polygon in ``dom`` and, for
     the validation rows (``KvT`` (n, n_val): their kernel columns), the numerators h =
-    Kv (alpha * y) + b' of their decision values as coefficients of (1, p1, p2). A move is first checked at a
-    point just across its facet (``probe`` > 0); where the region's solution carried
-    there breaks several rows (a degenerate crossing) they all move; a move that does
-    not hold there is dropped (``correcting``: corrected there instead).
+    Kv (alpha * y) + b' of their decision values as coefficients of (1, p1, p2). A
+    move is first checked at a point just across its facet (``probe`` > 0); where the
+    region's solution carried there breaks several rows (a degenerate crossing) they
+    all move; a move that does not hold there is dropped (``correcting``: corrected
+    there instead).
 
     A partition one row away from its parent's (``qlink``: the parent's entry in
     ``pool`` and the row's move, -1 where none) takes its system by :func:`update`
