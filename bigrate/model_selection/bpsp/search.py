@@ -168,9 +168,10 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         Smallest lambda (largest C+ + C- = 1 / lambda_min) searched.
     max_regions : int
         Per fold, gamma and space: stop with an error beyond this many regions. The
-        default, 500,000, lets sets of ~600 CV rows through (spambase's 300 rows make
-        ~43,000 regions a fold and space; 200 rows ~10,000); a region holds its
-        partition (a byte per training row) and 24 bytes per validation row.
+        default is 500,000 (spambase's 300 CV rows make ~43,000 regions a fold and
+        space, 200 rows ~10,000; regions grow faster than the rows, and 600 rows were
+        not measured); a region holds its partition (a byte per training row) and 24
+        bytes per validation row.
     run_dir : path or None
         Where the partition is saved (``bpsp_partition.json``, GeoJSON-like, and the
         CV-error map ``bpsp_cv_error.png``).
