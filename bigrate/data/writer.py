@@ -22,6 +22,7 @@ import json
 import os
 import posixpath
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -219,6 +220,7 @@ class DatasetWriter:
             if s not in SPLITS:
                 raise ValueError(f"unknown split {s!r}; expected one of {SPLITS}")
         self.remote = None  # (fsspec filesystem, root) of an object-store target
+        self._replacing = False  # an object-store target holds a committed dataset
         if "://" in str(out) and not str(out).startswith("file://"):
             from bigrate.data.reader import filesystem
 
@@ -234,6 +236,10 @@ class DatasetWriter:
         self.compression = compression
         self.overwrite = overwrite
         self._check_target()
+        # Object stores have no rename: an overwrite uploads its parts under new keys
+        # (a generation suffix), so the old manifest and every file it names stay
+        # readable until the new manifest replaces it in one PUT.
+        self._suffix = "." + secrets.token_hex(4) if self._replacing else ""
         if self.remote:
             self.tmp = Path(tempfile.mkdtemp(prefix="bigrate-prep-"))
         else:
@@ -274,7 +280,8 @@ class DatasetWriter:
 
     def _check_remote_target(self) -> None:
         fs, root = self.remote
-        if fs.exists(root + "/" + MANIFEST):
+        self._replacing = fs.exists(root + "/" + MANIFEST)
+        if self._replacing:
             if not self.overwrite:
                 raise DatasetExistsError(
                     f"{self.target}: already holds a dataset (manifest.json); "
@@ -309,7 +316,11 @@ class DatasetWriter:
         if cls not in CLASSES:
             raise ValueError(f"unknown class {cls!r}; expected one of {CLASSES}")
         part = _PartWriter(
-            self.tmp, f"{split}/{cls}/part-{index:05d}.parquet", split, cls, self
+            self.tmp,
+            f"{split}/{cls}/part-{index:05d}{self._suffix}.parquet",
+            split,
+            cls,
+            self,
         )
         with self._lock:
             self._open.append(part)
@@ -319,8 +330,6 @@ class DatasetWriter:
         info = part.close()
         if self.remote and self._moments is None:
             # streamed up now; with standardisation the file is rewritten at commit
-            if self.overwrite:
-                self._uncommit()
             self._upload(info.path)
         with self._lock:
             self._open.remove(part)
@@ -441,15 +450,6 @@ class DatasetWriter:
         os.replace(self.tmp / info.path, src)
         return dataclasses.replace(info, path=f.path)
 
-    def _uncommit(self) -> None:
-        """Delete the target's manifest (once) before any of its files changes."""
-        if getattr(self, "_uncommitted", False):
-            return
-        fs, root = self.remote
-        if fs.exists(root + "/" + MANIFEST):
-            fs.rm_file(root + "/" + MANIFEST)
-        self._uncommitted = True
-
     def _swap_into_place(self) -> None:
         if self.remote:
             self._commit_remote()
@@ -460,8 +460,6 @@ class DatasetWriter:
 
     def _commit_remote(self) -> None:
         fs, root = self.remote
-        if self.overwrite:
-            self._uncommit()
         keep = {f.path for f in self.files}
         for f in self.files:
             if (self.tmp / f.path).exists():
@@ -501,7 +499,11 @@ class DatasetWriter:
             self.abort()
 
 
-_PART_KEY = re.compile(r"(^|/)(train|val|test)/(pos|neg)/part-\d+\.parquet$")
+# a part file's key: part-00012.parquet, or part-00012.<generation>.parquet when it
+# was written by an overwrite of a committed dataset on an object store
+_PART_KEY = re.compile(
+    r"(^|/)(train|val|test)/(pos|neg)/part-\d+(\.[0-9a-f]{8})?\.parquet$"
+)
 
 
 def _command_line() -> str:

@@ -144,6 +144,51 @@ def test_a_prep_killed_midway_leaves_no_readable_dataset(s3, tmp_path, monkeypat
     assert held == {f.path for f in ds.files()} | {"manifest.json"}
 
 
+def test_an_overwrite_killed_midway_leaves_the_old_dataset_readable(s3, tmp_path):
+    _, small = _svm_input(s3, tmp_path, n=3000, name="old.svm")
+    _, big = _svm_input(s3, tmp_path, n=60_000, name="new.svm")
+    out = f"s3://{BUCKET}/ds/replaced"
+    opts = ["--rows-per-file", "256", "--row-group-size", "256", "--quiet"]
+    run_cli("prep", "svmlight", small, "--out", out, *opts, env=s3.env(), check=True)
+    fs = s3.fs()
+    old = fs.cat(f"{BUCKET}/ds/replaced/manifest.json")
+    old_keys = set(fs.find(f"{BUCKET}/ds/replaced"))
+    before = len(s3.requests())
+    proc = start_cli("prep", "svmlight", big, "--out", out, "--overwrite", *opts,
+                     env=s3.env())  # fmt: skip
+    t0 = time.time()
+    while (
+        len([r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/replaced/")])
+        < 20
+    ):
+        assert proc.poll() is None and time.time() - t0 < 120
+        time.sleep(0.02)
+    proc.kill()  # dies outright, halfway through replacing the dataset
+    proc.communicate(timeout=60)
+    reqs = s3.requests()[before:]
+    assert not [r for r in reqs if r.startswith("DELETE ")], reqs  # nothing removed
+    # the old dataset is still committed, whole and readable
+    assert fs.cat(f"{BUCKET}/ds/replaced/manifest.json") == old
+    p = run_cli("info", out, "--verify", env=s3.env())
+    assert p.returncode == 0 and "verified" in p.stdout, p.stderr
+    assert "old.svm" in p.stdout, p.stdout  # its source, not the new one's
+    # the new parts went up under keys of their own, next to the old ones
+    fs.invalidate_cache()
+    now = set(fs.find(f"{BUCKET}/ds/replaced"))
+    assert old_keys < now
+    # the overwrite run again replaces it, and only the new dataset's files remain
+    run_cli("prep", "svmlight", big, "--out", out, "--overwrite", "--rows-per-file",
+            "8192", "--row-group-size", "4096", "--quiet", env=s3.env(),
+            check=True)  # fmt: skip
+    new = json.loads(fs.cat(f"{BUCKET}/ds/replaced/manifest.json"))
+    assert sum(new["rows"]["train"].values()) > 3000
+    fs.invalidate_cache()
+    held = {k.split("/ds/replaced/", 1)[1] for k in fs.find(f"{BUCKET}/ds/replaced")}
+    assert held == {f["path"] for f in new["files"]} | {"manifest.json"}
+    p = run_cli("info", out, "--verify", env=s3.env())
+    assert p.returncode == 0 and "verified" in p.stdout, p.stderr
+
+
 def test_a_missing_backend_is_one_line(tmp_path):
     p = run_cli("info", "gs://some-bucket/data")  # gcsfs is not installed
     assert p.returncode == 2 and "gcsfs" in p.stderr and "Traceback" not in p.stderr
