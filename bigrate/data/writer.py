@@ -157,10 +157,12 @@ class ClassStream:
             self.part = None
 
 
-def _remove_stale_temporaries(parent: Path, name: str) -> None:
-    for p in parent.glob(f".{name}.tmp-*"):
+def _remove_stale_temporaries(parent: Path, prefix: str) -> None:
+    """Remove ``parent/<prefix><pid>-*`` left by writers whose process is gone (a
+    SIGKILLed prep runs no clean-up); a live process's directory is kept."""
+    for p in parent.glob(f"{prefix}*"):
         try:
-            pid = int(p.name[len(name) + 6 :].split("-")[0])
+            pid = int(p.name[len(prefix) :].split("-")[0])
         except ValueError:
             continue
         if not pid_alive(pid):
@@ -240,11 +242,15 @@ class DatasetWriter:
         # (a generation suffix), so the old manifest and every file it names stay
         # readable until the new manifest replaces it in one PUT.
         self._suffix = "." + secrets.token_hex(4) if self._replacing else ""
-        if self.remote:
-            self.tmp = Path(tempfile.mkdtemp(prefix="bigrate-prep-"))
+        if self.remote:  # parts are staged in the local temp directory, then uploaded
+            staging = Path(tempfile.gettempdir())
+            _remove_stale_temporaries(staging, "bigrate-prep-")
+            self.tmp = Path(
+                tempfile.mkdtemp(prefix=f"bigrate-prep-{os.getpid()}-", dir=staging)
+            )
         else:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            _remove_stale_temporaries(self.out.parent, self.out.name)
+            _remove_stale_temporaries(self.out.parent, f".{self.out.name}.tmp-")
             self.tmp = Path(
                 tempfile.mkdtemp(
                     prefix=f".{self.out.name}.tmp-{os.getpid()}-", dir=self.out.parent

@@ -9,7 +9,9 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -119,6 +121,8 @@ def test_a_prep_killed_midway_leaves_no_readable_dataset(s3, tmp_path, monkeypat
         time.sleep(0.02)
     proc.kill()  # dies outright: no clean-up runs
     proc.communicate(timeout=60)
+    staged = list(Path(tempfile.gettempdir()).glob(f"bigrate-prep-{proc.pid}-*"))
+    assert staged  # its local staging directory is left behind ...
     puts = [r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/broken")]
     assert any(".parquet" in r for r in puts)  # parts went up before the kill
     assert not any("manifest.json" in r for r in puts)
@@ -137,6 +141,7 @@ def test_a_prep_killed_midway_leaves_no_readable_dataset(s3, tmp_path, monkeypat
     p = run_cli("prep", "svmlight", url, "--out", out, "--rows-per-file", "4096",
                 "--row-group-size", "4096", "--quiet", env=s3.env())  # fmt: skip
     assert p.returncode == 0, p.stderr
+    assert not any(d.exists() for d in staged)  # ... until the next prep removes it
     ds = ShardedDataset(out, storage_options=opts)
     ds.check()
     # and are gone: the prefix holds the new dataset's files and nothing else
