@@ -163,7 +163,9 @@ def test_an_overwrite_killed_midway_leaves_the_old_dataset_readable(s3, tmp_path
                      env=s3.env())  # fmt: skip
     t0 = time.time()
     while (
-        len([r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/replaced/")])
+        len(
+            [r for r in s3.requests()[before:] if r.startswith("PUT /bgr/ds/replaced/")]
+        )
         < 20
     ):
         assert proc.poll() is None and time.time() - t0 < 120
