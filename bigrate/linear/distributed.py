@@ -46,7 +46,12 @@ import numpy as np
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines.base import ClusterLost, Reduced
 from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
-from bigrate.linear.sampler import ShardSampler, process_cache, row_group_units
+from bigrate.linear.sampler import (
+    ShardSampler,
+    cached_classes,
+    process_cache,
+    row_group_units,
+)
 from bigrate.linear.steps import (
     KernelConfig,
     SGDState,
@@ -325,31 +330,6 @@ def _round_costs(timing: list, st: SGDState) -> dict:
     }
 
 
-def _decoded_bytes(units: list) -> float:
-    """Memory the decoded row groups ``units`` take (float32 values and int32 indices
-    and row offsets, int8 labels, int64 row ids: what :class:`RowGroupCache` counts),
-    from the manifest's counts (a file's row groups taken as equal)."""
-    return sum((8 * f.nnz + 13 * f.rows) / max(f.row_groups, 1) + 4 for f, _ in units)
-
-
-def _cached_classes(own_pos: list, own_neg: list, cache_mb: float) -> tuple:
-    """The classes whose row groups a worker keeps decoded across rounds: smallest
-    first, while all of that class's row groups of the worker fit in ``cache_mb``
-    together. A class that does not fit whole is not cached at all: its row groups are
-    read once an epoch in a fresh order, so an LRU cache would only evict the small
-    class's row groups, which are read again and again, to keep ones not read again
-    this epoch."""
-    budget, out = cache_mb * 2**20, []
-    sizes = sorted(
-        (_decoded_bytes(u), c) for c, u in (("pos", own_pos), ("neg", own_neg))
-    )
-    for size, cls in sizes:
-        if size <= budget:
-            out.append(cls)
-            budget -= size
-    return tuple(out)
-
-
 def _deal(units: list, n: int) -> list[list]:
     return [units[k::n] for k in range(n)]
 
@@ -505,7 +485,7 @@ def fit_distributed(
         merge = "workers" if n_w >= engine.tree_min_workers else "driver"
     elif merge not in ("workers", "driver"):
         raise ValueError(f"merge must be 'auto', 'workers' or 'driver', got {merge!r}")
-    cached = [_cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
+    cached = [cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
     seed = plan.seed
     if progress:
         link = engine.dashboard_link

@@ -205,6 +205,38 @@ class RowGroupCache:
         return block
 
 
+def decoded_bytes(units: list) -> float:
+    """Memory the decoded row groups ``units`` take (float32 values and int32 indices
+    and row offsets, int8 labels, int64 row ids: what :class:`RowGroupCache` counts),
+    from the manifest's counts (a file's row groups taken as equal)."""
+    return sum((8 * f.nnz + 13 * f.rows) / max(f.row_groups, 1) + 4 for f, _ in units)
+
+
+def cached_classes(own_pos: list, own_neg: list, cache_mb: float) -> tuple:
+    """The classes whose row groups a worker (or an in-process streamed fit) keeps
+    decoded across rounds and passes: smallest first, while all of that class's row
+    groups of the worker fit in ``cache_mb`` together. A class that does not fit whole is not cached at all: its row groups are
+    read once an epoch in a fresh order, so an LRU cache would only evict the small
+    class's row groups, which are read again and again, to keep ones not read again
+    this epoch."""
+    budget, out = cache_mb * 2**20, []
+    sizes = sorted(
+        (decoded_bytes(u), c) for c, u in (("pos", own_pos), ("neg", own_neg))
+    )
+    for size, cls in sizes:
+        if size <= budget:
+            out.append(cls)
+            budget -= size
+    return tuple(out)
+
+
+# Decoded row groups an in-process streamed fit keeps across passes (MiB), of the
+# classes that fit whole (:func:`cached_classes`): the minority class, drawn as often
+# as the majority under balanced sampling, is then read and decoded once a fit, not
+# once a pass (on object storage, downloaded once). The same default as a distributed
+# fit's on workers without a memory limit.
+STREAM_CACHE_MB = 1024.0
+
 _PROCESS_CACHE = RowGroupCache(0.0)
 
 

@@ -41,11 +41,15 @@ from bigrate.data.format import RowBlock
 from bigrate.data.reader import ShardedDataset, is_dataset
 from bigrate.errors import BigrateWarning
 from bigrate.linear import _kernels as K
+from bigrate.linear import sampler as sampler_module
 from bigrate.linear.sampler import (
     InMemorySampler,
+    RowGroupCache,
     ShardSampler,
+    cached_classes,
     holdout_mask,
     holdout_score,
+    row_group_units,
 )
 from bigrate.linear.steps import KernelConfig, SGDState, StreamPlan, steps_from
 from bigrate.losses import loss_code
@@ -225,15 +229,24 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
 
     def _fit_stream(self, ds: ShardedDataset):
         plan, st = self.start_stream(ds)
+        units = row_group_units(ds.files(plan.split))
+        budget = sampler_module.STREAM_CACHE_MB
+        cached = cached_classes(
+            [u for u in units if u[0].cls == "pos"],
+            [u for u in units if u[0].cls == "neg"],
+            budget,
+        )
         sampler = ShardSampler(
             ds,
             plan.cfg.mode,
             self._seed(),
-            split=plan.split,
+            units=units,
             buffer_rows=plan.buffer_rows,
             batch_rows=plan.batch_rows,
             holdout=plan.holdout,
             shuffle_block=plan.shuffle_block,
+            cache=RowGroupCache(budget),
+            cached=cached,
         )
         self._train(plan, st, sampler)
         self.finish_stream(plan, None, ds)

@@ -383,27 +383,27 @@ def test_a_worker_caches_a_class_only_if_all_its_row_groups_fit(tmp_path):
     reading), and a class is cached only if all the worker's row groups of it fit:
     smallest class first; a class that does not fit whole is not cached at all."""
     from bigrate.data.format import ShardFile
-    from bigrate.linear.distributed import _cached_classes, _decoded_bytes
+    from bigrate.linear.sampler import cached_classes, decoded_bytes
     from bigrate.linear.sampler import RowGroupCache
 
     X, y = blobs(1, n=900)
     ds = write_dataset(tmp_path / "ds", X, y, row_group_size=1000)  # one group a file
     for f in ds.files("train"):
         block = RowGroupCache(100.0).get(ds, f, 0, 4096)
-        assert _decoded_bytes([(f, 0)]) == RowGroupCache._size(block)
+        assert decoded_bytes([(f, 0)]) == RowGroupCache._size(block)
 
     def shard(cls, rows, nnz, groups):
         return ShardFile(cls, "train", cls, rows, nnz, groups, 1, "")
 
     big, small = shard("pos", 40_000, 4_000_000, 2), shard("neg", 8_000, 800_000, 1)
     pos, neg = [(big, g) for g in (0, 1)] * 3, [(small, 0)] * 4
-    mib_pos, mib_neg = _decoded_bytes(pos) / 2**20, _decoded_bytes(neg) / 2**20
+    mib_pos, mib_neg = decoded_bytes(pos) / 2**20, decoded_bytes(neg) / 2**20
     assert 90 < mib_pos < 100 and 24 < mib_neg < 26
-    assert _cached_classes(pos, neg, mib_neg + 1) == ("neg",)
-    assert _cached_classes(pos, neg, mib_pos + 1) == ("neg",)  # not both
-    assert _cached_classes(pos, neg, mib_pos + mib_neg + 1) == ("neg", "pos")
-    assert _cached_classes(pos, neg, mib_neg - 1) == ()
-    assert _cached_classes(neg, pos, mib_neg + 1) == ("pos",)  # by size, not name
+    assert cached_classes(pos, neg, mib_neg + 1) == ("neg",)
+    assert cached_classes(pos, neg, mib_pos + 1) == ("neg",)  # not both
+    assert cached_classes(pos, neg, mib_pos + mib_neg + 1) == ("neg", "pos")
+    assert cached_classes(pos, neg, mib_neg - 1) == ()
+    assert cached_classes(neg, pos, mib_neg + 1) == ("pos",)  # by size, not name
 
 
 def test_a_round_reads_each_class_by_its_own_row_group_size(tmp_path):

@@ -117,6 +117,41 @@ def test_streaming_fit_equals_in_memory_fit_for_the_same_sample_order(tmp_path, 
     assert mem.coef_.shape == streamed.coef_.shape
 
 
+def test_streaming_fit_decodes_the_minority_class_once_and_learns_the_same(
+    tmp_path, monkeypatch
+):
+    """Balanced sampling draws the minority class as often as the majority: a streamed
+    fit keeps its decoded row groups (they fit the budget) instead of reading them
+    again every pass, which on object storage is a download a pass. Same model."""
+    from bigrate.linear import sampler as sampler_module
+
+    X, y = blobs(3, n=3000)  # 60% positives: negatives are re-drawn ~1.5x a pass
+    ds = write_dataset(tmp_path / "ds", X, y)
+    reads = []
+    real = ShardedDataset.iter_file
+
+    def counted(self, shard, *a, row_groups=None, **kw):
+        reads.extend((shard.cls, shard.path, g) for g in row_groups or [None])
+        return real(self, shard, *a, row_groups=row_groups, **kw)
+
+    monkeypatch.setattr(ShardedDataset, "iter_file", counted)
+    params = dict(rho=0.1, epochs=4, random_state=0, buffer_rows=300, calibrate=None)
+    kept = NeymanPearsonSGD(**params).fit(ds)
+    # (the first read of each class is start_stream's look at a row norm)
+    neg_kept = [r for r in reads if r[0] == "neg"][1:]
+    pos_kept = [r for r in reads if r[0] == "pos"][1:]
+    reads.clear()
+    monkeypatch.setattr(sampler_module, "STREAM_CACHE_MB", 0.0)
+    reread = NeymanPearsonSGD(**params).fit(ds)
+    neg_reread = [r for r in reads if r[0] == "neg"][1:]
+    n_groups = sum(f.row_groups for f in ds.files("train") if f.cls == "neg")
+    assert len(neg_kept) == len(set(neg_kept)) == n_groups  # each decoded once
+    assert len(neg_reread) >= 5 * n_groups  # ~1.5 passes an epoch, 4 epochs
+    assert len(pos_kept) == len(set(pos_kept))  # both fit the budget here
+    np.testing.assert_array_equal(kept.coef_, reread.coef_)
+    assert kept.multiplier_ == reread.multiplier_
+
+
 def test_streaming_fit_quality_and_path_input(tmp_path, seed):
     X, y = blobs(seed, n=6000)
     write_dataset(tmp_path / "ds", X, y, row_group_size=512)
