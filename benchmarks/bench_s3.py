@@ -2,7 +2,7 @@
 disk, measured in one run on moto's S3 server on 127.0.0.1 (a real HTTP endpoint).
 
     python benchmarks/bench_s3.py open  [--files 10000] [--rows-per-file 8]
-    python benchmarks/bench_s3.py epoch [--rows 400000] [--latency-ms 20]
+    python benchmarks/bench_s3.py epoch [--rows 400000] [--latency-ms 20] [--vw-python PY]
 
 Writes a dataset of ``--files`` part files (tiny ones: the cost measured is per file,
 not per byte) to the server with bigrate's writer (parts uploaded as they close, the
@@ -16,8 +16,11 @@ arrives from a streaming pass. Prints a table and writes benchmarks/out/s3.json.
 local disk, from the S3 server, and from the S3 server behind a TCP proxy that holds
 every request ``--latency-ms`` before passing it on (a store across a network), on 1
 worker (in process) and on 2 Dask workers (LocalCluster, 127.0.0.1), each with the
-row-group read-ahead on and off; the requests and bytes of each S3 epoch from the
-server's log. Writes benchmarks/out/s3_epoch.json.
+row-group read-ahead on and off; the requests of each S3 epoch from the server's log
+and its bytes from the proxy (every reply of the S3 + latency fits passes through it).
+With ``--vw-python``, Vowpal Wabbit (run by that interpreter) reads its own cache of
+the same train rows, one pass, as the out-of-core peer. Writes
+benchmarks/out/s3_epoch.json.
 """
 
 from __future__ import annotations
@@ -118,6 +121,8 @@ class LatencyProxy:
         import threading
 
         self.latency, self.target = latency, target_port
+        self.bytes_down = 0  # reply bytes passed back to clients (the data read)
+        self._count = threading.Lock()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -133,6 +138,9 @@ class LatencyProxy:
                     break
                 if delay:
                     time.sleep(delay)
+                else:
+                    with self._count:
+                        self.bytes_down += len(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -186,7 +194,61 @@ def _epoch(url: str, workers: int, warm: str) -> float:
         return time.perf_counter() - t
 
 
+_VW_PASS = """
+import sys, time
+import vowpalwabbit
+from vowpalwabbit import Workspace
+data, cache = sys.argv[1], sys.argv[2]
+ws = Workspace(f"-d {data} --cache_file {cache} -k --passes 1 --quiet")  # builds it
+ws.run_parser()
+ws.finish()
+out = {"version": vowpalwabbit.__version__, "pass_s": {}}
+for name, args in (("--sgd hinge", "--sgd --loss_function hinge"), ("defaults", "")):
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        ws = Workspace(f"--cache_file {cache} --passes 1 --quiet {args}")
+        ws.run_parser()
+        out["examples"] = int(ws.get_weighted_examples())
+        ws.finish()
+        s = time.perf_counter() - t
+        best = s if best is None else min(best, s)
+    out["pass_s"][name] = best
+print(repr(out))
+"""
+
+
+def vw_peer(local: str, work: Path, python: str) -> dict:
+    """Vowpal Wabbit (PyPI ``vowpalwabbit``, in the interpreter ``python``) reading its
+    own cache of the train split's rows: the out-of-core peer users know. The cache is
+    built by a first pass (not timed); then one pass from it, best of 3, with
+    ``--sgd --loss_function hinge`` and with VW's defaults."""
+    import ast
+
+    from sklearn.datasets import dump_svmlight_file
+
+    block = ShardedDataset(local).to_csr("train")
+    svm, path = work / "train.svm", work / "train.vw"
+    dump_svmlight_file(block.X, np.where(block.y == 1, 1, -1), str(svm))
+    with svm.open() as src, path.open("w") as dst:  # "y j:v ..." -> "y |f j:v ..."
+        for line in src:
+            label, _, feats = line.partition(" ")
+            dst.write(f"{label} |f {feats}")
+    cache = work / "train.vw.cache"
+    p = subprocess.run(
+        [python, "-c", _VW_PASS, str(path), str(cache)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = ast.literal_eval(p.stdout.strip().splitlines()[-1])
+    out["cache_mib"] = cache.stat().st_size / 2**20
+    return out
+
+
 def epoch_main(a) -> None:
+    import s3fs
+
     work = Path(tempfile.mkdtemp(prefix="bgr-s3e-"))
     server = start_s3_server(work / "requests.log")
     port = int(server.endpoint.rsplit(":", 1)[1])
@@ -202,6 +264,13 @@ def epoch_main(a) -> None:
         warm = str(work / "warm")
         prep_synth(warm, rows=40_000, features=a.features, seed=1, progress=False)
         server.fs().put(local + "/", "bench/syn/", recursive=True)
+        train_mib = (
+            sum(
+                os.path.getsize(os.path.join(local, f.path))
+                for f in ShardedDataset(local).files("train")
+            )
+            / 2**20
+        )
         slow = f"http://127.0.0.1:{proxy.port}"
         for workers in (1, 2):
             for ahead in (2, 0):
@@ -211,12 +280,19 @@ def epoch_main(a) -> None:
                 sampler.READ_AHEAD = ahead  # here, and in workers started from now
                 os.environ["BIGRATE_READ_AHEAD"] = str(ahead)
                 r["local_s"] = _epoch(local, workers, warm)
+                fits = 2 if workers == 1 else 1  # fits that read s3://bench/syn
                 for name, endpoint in (("s3", server.endpoint), ("s3_latency", slow)):
                     os.environ["AWS_ENDPOINT_URL"] = endpoint
-                    before = len(server.requests())
+                    # fsspec keeps one S3FileSystem per argument set in a process, made
+                    # with the endpoint of its time: without this, the in-process fits
+                    # of the S3 + latency row would go on using the direct endpoint
+                    s3fs.S3FileSystem.clear_instance_cache()
+                    before, bytes0 = len(server.requests()), proxy.bytes_down
                     r[name + "_s"] = _epoch("s3://bench/syn", workers, warm)
                     reqs = server.requests()[before:]
-                    r[name + "_requests_2_fits"] = len(reqs)
+                    r[name + "_requests_per_epoch"] = len(reqs) / fits
+                # every reply byte of the S3+lat fits passed through the proxy
+                r["s3_mib_per_epoch"] = (proxy.bytes_down - bytes0) / fits / 2**20
                 os.environ["AWS_ENDPOINT_URL"] = server.endpoint
                 r["s3_over_local"] = r["s3_s"] / r["local_s"]
                 r["s3_latency_over_local"] = r["s3_latency_s"] / r["local_s"]
@@ -230,14 +306,26 @@ def epoch_main(a) -> None:
         "rows": a.rows,
         "features": a.features,
         "latency_ms": a.latency_ms,
+        "train_mib_on_disk": train_mib,
         "runs": rows,
     }
+    if a.vw_python:
+        res["vw"] = vw_peer(local, work, a.vw_python)
     print(f"{'workers':>8}{'ahead':>6}{'local s':>9}{'S3 s':>8}{'S3+lat s':>10}"
-          f"{'S3/local':>10}{'S3+lat/local':>14}{'requests':>10}")  # fmt: skip
+          f"{'S3/local':>10}{'S3+lat/local':>14}{'req/epoch':>10}{'MiB/epoch':>10}")  # fmt: skip
     for r in rows:
         print(f"{r['workers']:>8}{r['read_ahead']:>6}{r['local_s']:>9.2f}{r['s3_s']:>8.2f}"
               f"{r['s3_latency_s']:>10.2f}{r['s3_over_local']:>10.2f}"
-              f"{r['s3_latency_over_local']:>14.2f}{r['s3_requests_2_fits']:>10}")  # fmt: skip
+              f"{r['s3_latency_over_local']:>14.2f}{r['s3_requests_per_epoch']:>10.0f}"
+              f"{r['s3_mib_per_epoch']:>10.1f}")  # fmt: skip
+    print(f"train split on disk: {train_mib:.1f} MiB")
+    if "vw" in res:
+        v = res["vw"]
+        print(
+            f"Vowpal Wabbit {v['version']}, one pass from its cache of the "
+            f"{v['examples']:,} train rows ({v['cache_mib']:.1f} MiB): "
+            + ", ".join(f"{k} {t:.2f} s" for k, t in v["pass_s"].items())
+        )
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "s3_epoch.json").write_text(json.dumps(res, indent=2) + "\n")
 
@@ -250,6 +338,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--features", type=int, default=47_236)
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument(
+        "--vw-python",
+        help="epoch: a Python with vowpalwabbit installed, to time VW's cache pass too",
+    )
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out"))
     a = ap.parse_args()
     if a.what == "epoch":
