@@ -383,8 +383,7 @@ def test_a_worker_caches_a_class_only_if_all_its_row_groups_fit(tmp_path):
     reading), and a class is cached only if all the worker's row groups of it fit:
     smallest class first; a class that does not fit whole is not cached at all."""
     from bigrate.data.format import ShardFile
-    from bigrate.linear.sampler import cached_classes, decoded_bytes
-    from bigrate.linear.sampler import RowGroupCache
+    from bigrate.linear.sampler import RowGroupCache, cached_classes, decoded_bytes
 
     X, y = blobs(1, n=900)
     ds = write_dataset(tmp_path / "ds", X, y, row_group_size=1000)  # one group a file
