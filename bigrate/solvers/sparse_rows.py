@@ -9,7 +9,7 @@ kinks, bit for bit).
 
 from bigrate._jit import njit
 
-__all__ = ["row_axpy", "row_dot"]
+__all__ = ["row_axpy", "row_dot", "row_dot_sq"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -19,6 +19,18 @@ def row_dot(indptr, indices, data, i, v):
     for p in range(indptr[i], indptr[i + 1]):
         s += data[p] * v[indices[p]]
     return s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_dot_sq(indptr, indices, data, i, v):
+    """(<x_i, v>, ||x_i||^2) for row ``i``, in one pass over its non-zeros."""
+    s = 0.0
+    q = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        d = data[p]
+        s += d * v[indices[p]]
+        q += d * d
+    return s, q
 
 
 @njit(cache=True, nogil=True, inline="always")
