@@ -341,6 +341,16 @@ def test_train_on_a_ray_cluster_from_s3(s3, s3_synth, tmp_path, short_tmp):
         assert p.returncode == 0, p.stderr
         m = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
         assert m["evaluation"]["test"]["pfa"] < 0.1
+        # and a sweep: every fit of the grid a task on the Ray workers, reading S3
+        body = sweep_job(s3_synth, tmp_path / "sweeps", grid="alpha = [1e-5, 1e-3]",
+                         cv=2, engine="ray", epochs=1)  # fmt: skip
+        p = run_cli("run", job_file(tmp_path, body), "--address",
+                    f"127.0.0.1:{port}", env=s3.env())  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        run = only_run(tmp_path / "sweeps")
+        res = [json.loads(f.read_text()) for f in (run / "results").glob("*.json")]
+        assert len(res) == 4 and all(r["status"] == "ok" for r in res), res
+        assert "sweep: best point" in p.stdout
     finally:
         _stop_group(head)
 
