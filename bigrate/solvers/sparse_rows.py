@@ -1,5 +1,6 @@
-"""The two row primitives every CSR kernel of the package is built on: the dot product
-of one row with a dense vector, and a multiple of one row added to a dense vector.
+"""The row primitives every CSR kernel of the package is built on: the dot product of
+one row with a dense vector (with the row's squared norm from the same pass, for the SGD
+steps that need it), and a multiple of one row added to a dense vector.
 
 They are inlined into their callers at numba's IR level: LLVM did not inline them across
 compiled libraries, and a call per row (a9a: 14 non-zeros) was 30% of the quantile path's
