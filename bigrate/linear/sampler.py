@@ -215,10 +215,10 @@ def decoded_bytes(units: list) -> float:
 def cached_classes(own_pos: list, own_neg: list, cache_mb: float) -> tuple:
     """The classes whose row groups a worker (or an in-process streamed fit) keeps
     decoded across rounds and passes: smallest first, while all of that class's row
-    groups of the worker fit in ``cache_mb`` together. A class that does not fit whole is not cached at all: its row groups are
-    read once an epoch in a fresh order, so an LRU cache would only evict the small
-    class's row groups, which are read again and again, to keep ones not read again
-    this epoch."""
+    groups of the worker fit in ``cache_mb`` together. A class that does not fit whole
+    is not cached at all: its row groups are read once an epoch in a fresh order, so an
+    LRU cache would only evict the small class's row groups, which are read again and
+    again, to keep ones not read again this epoch."""
     budget, out = cache_mb * 2**20, []
     sizes = sorted(
         (decoded_bytes(u), c) for c, u in (("pos", own_pos), ("neg", own_neg))
