@@ -247,11 +247,6 @@ class Engine(ABC):
     on_notice: Callable[[str], None] | None = None
     #: seconds without a result after which a wait says so (then at doubling times)
     stall_after: float = STALL_SECONDS
-    #: workers from which an allreduce of a training round is combined on the workers
-    #: (``Pinned.allreduce(on="workers")``) rather than in the driver: where the model of
-    #: ``bench_sgd.py scale``, with this engine's worker-to-worker hop measured, says
-    #: the tree's 2 log2(W) hops cost less than W states through the driver
-    tree_min_workers: int = 64
     #: asked at every idle look of a wait: True ends the wait with KeyboardInterrupt (a
     #: stop was asked for, e.g. SIGTERM while the round's workers were lost)
     should_stop: Callable[[], bool] | None = None
@@ -645,6 +640,14 @@ class Pinned:
         self._slots: list | None = None  # one handle a slot, made on first use
         self._size: int | None = None  # how many are wanted (the workers at first)
         self._retry_at = 0.0
+        self._mesh: dict | None = None  # the slots' connections (on="direct")
+        self._mesh_calls = 0
+        #: the last direct call's seconds on each slot: (the shared value passed
+        #: down, the tasks, the partials passed up)
+        self.mesh_seconds: dict[int, tuple] = {}
+
+    #: seconds the slots may take to open their ends of the mesh
+    MESH_OPEN_SECONDS = DEFAULT_TIMEOUT
 
     @property
     def n_slots(self) -> int:
@@ -765,14 +768,23 @@ class Pinned:
         ``on="driver"``: the same tree, combined in this process from the results
         :meth:`run` brings back (the same bits; the cheaper way where the engine's
         worker-to-worker hops cost more than the states' trips to the driver, which
-        is so on Dask and Ray below tens of workers: ``bench_sgd.py scale``)."""
-        if on not in ("workers", "driver"):
-            raise ValueError(f"on must be 'workers' or 'driver', got {on!r}")
+        is so on Dask and Ray below tens of workers: ``bench_sgd.py scale``).
+
+        ``on="direct"``: the same tree over TCP connections between the slots'
+        processes (:mod:`bigrate.engines.mesh`), with no scheduler in any hop: one
+        call a slot, the shared value sent once to the root's slot (or kept there
+        from the previous call) and passed down, the partials passed up, the root's
+        slot returning the value. The same bits again."""
+        if on not in ("workers", "driver", "direct"):
+            raise ValueError(f"on must be 'workers', 'direct' or 'driver', got {on!r}")
         if on == "driver" or not self._ready():
             run = functools.partial(self.run, slots=slots)
             return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
         slots = list(range(len(args_list)) if slots is None else slots)
-        got = self._tree(fn, args_list, combine, shared, slots, what)
+        if on == "direct":
+            got = self._direct(fn, args_list, combine, shared, slots, what)
+        else:
+            got = self._tree(fn, args_list, combine, shared, slots, what)
         if isinstance(got, Reduced):
             return got
         if got is LOST:
@@ -799,6 +811,142 @@ class Pinned:
         task raised). Here: none (the local engine has no slots, so :meth:`allreduce`
         never gets here)."""
         return LOST
+
+    def _direct(self, fn, args_list, combine, shared, slots, what):
+        """The tree over the pool's mesh (``on="direct"``): a :class:`Reduced`,
+        :data:`LOST` (a slot's worker is gone) or :data:`FAILED` (a task raised, or
+        the mesh broke: run again here)."""
+        from bigrate.engines import mesh as M
+
+        net = self._mesh_ready()
+        if net is None:
+            return LOST
+        mine = self._slots
+        where = [k % len(mine) for k in slots]
+        self._mesh_calls += 1
+        call = self._mesh_calls
+        h = shared.handle if isinstance(shared, Reduced) else None
+        relay = None  # (slot, call): the slot keeping the previous call's value
+        if (
+            isinstance(h, tuple)
+            and h[:2] == ("mesh", net["token"])
+            and h[3] < len(mine)
+            and shared.handle_in(self) is not None
+        ):
+            # the previous call's value, on its root's slot: kept there, or sent on
+            # from there to this call's root
+            top = ("kept", h[2]) if h[3] == where[0] else ("from", h[3])
+            relay = None if h[3] == where[0] else (h[3], h[2])
+        else:
+            top = ("value", shared_value(shared))
+        nodes: dict[int, dict] = {}
+        for i, j in enumerate(where):
+            nodes.setdefault(j, {})[i] = args_list[i]
+        if relay is not None:
+            nodes.setdefault(relay[0], {})
+        pending = {
+            j: self._submit(mine[j], M.mesh_call, (
+                net["token"], j, call, where, fn, combine,
+                top if j == where[0] else ("down",), mine_nodes,
+                relay[1] if relay is not None and relay[0] == j else None))
+            for j, mine_nodes in nodes.items()
+        }  # fmt: skip
+        value, bad, lost = None, [], False
+        self.mesh_seconds = {}
+        watch = self.engine.watch(what)
+        while pending and not (bad or lost):
+            got = self._collect(pending, POLL_SECONDS)
+            for j, r in got.items():
+                del pending[j]
+                if r is LOST:
+                    lost = True
+                elif _failed(r[0]):
+                    bad.append(r[0]["error"])
+                else:
+                    self.mesh_seconds[j] = r[0]["value"]["seconds"]
+                    if j == where[0]:
+                        value = r[0]["value"]["value"]
+            if got:
+                watch.progress()
+            elif any(j in self._gone(mine) for j in pending):
+                lost = True
+            elif pending:
+                watch.idle(len(pending))
+        if not (bad or lost):
+            return Reduced(value, ("mesh", net["token"], call, where[0]), self,
+                           self.generation)  # fmt: skip
+        # the other slots' calls end at once, and the next call opens a new mesh
+        M.mesh_abort([net["addresses"][j] for j in pending], net["token"])
+        self._mesh = None
+        if lost or any(j in self._gone(mine) for j in nodes):
+            return LOST
+        return FAILED
+
+    def _slot_host(self, slot) -> str | None:
+        """The host a slot's worker listens on for the mesh (None: the worker says)."""
+        return None
+
+    def _mesh_ready(self) -> dict | None:
+        """The pool's mesh on its slots now (opened at the first direct call, and
+        again after a lost worker or a broken call): its token and every slot's
+        listening address; None where a slot could not open its end."""
+        from bigrate.engines import mesh as M
+
+        net = self._mesh
+        if net is not None and net["generation"] == self.generation:
+            return net
+        token, mine = M.new_token(), self._slots
+        opened = self._on_each_slot(
+            M.mesh_open, [(token, j, self._slot_host(s)) for j, s in enumerate(mine)]
+        )
+        if opened is None:
+            return None
+        addresses = [tuple(o["address"]) for o in opened]
+        if self._on_each_slot(
+            M.mesh_peers, [(token, j, addresses) for j in range(len(mine))]
+        ) is None:  # fmt: skip
+            return None
+        self._mesh_calls = 0
+        self._mesh = {"token": token, "addresses": addresses,
+                      "generation": self.generation}  # fmt: skip
+        return self._mesh
+
+    def _on_each_slot(self, fn: Callable, args_list: list) -> list | None:
+        """``fn(*args_list[j])`` on slot j, for every slot; None if any is lost, or
+        fails, or takes longer than ``MESH_OPEN_SECONDS``."""
+        mine = self._slots
+        pending = {j: self._submit(mine[j], fn, a) for j, a in enumerate(args_list)}
+        out: list = [None] * len(args_list)
+        deadline = time.monotonic() + self.MESH_OPEN_SECONDS
+        while pending and time.monotonic() < deadline:
+            for j, r in self._collect(pending, POLL_SECONDS).items():
+                del pending[j]
+                if r is LOST or _failed(r[0]):
+                    return None
+                out[j] = r[0]["value"]
+            if any(j in self._gone(mine) for j in pending):
+                return None
+        return None if pending else out
+
+    def _mesh_close(self) -> None:
+        """Close the slots' ends of the mesh (best effort, briefly: a slot whose
+        worker is gone has none left)."""
+        from bigrate.engines import mesh as M
+
+        net, self._mesh = self._mesh, None
+        if net is None or not self._slots:
+            return
+        try:
+            pending = {
+                j: self._submit(s, M.mesh_close, (net["token"],))
+                for j, s in enumerate(self._slots)
+            }
+            deadline = time.monotonic() + 2 * POLL_SECONDS
+            while pending and time.monotonic() < deadline:
+                for j in self._collect(pending, POLL_SECONDS / 4):
+                    del pending[j]
+        except Exception:  # noqa: BLE001 - a slot gone: its end went with it
+            pass
 
     def _tree_plan(self, n: int):
         """For the tree over ``n`` tasks: each node's children, and the node whose
@@ -837,6 +985,9 @@ class Pinned:
         return self._slots
 
     def _drop(self, lost: bool = False) -> None:
+        if not lost:
+            self._mesh_close()
+        self._mesh = None
         slots, self._slots = self._slots or [], None
         self.generation += 1
         try:

@@ -149,10 +149,6 @@ class DaskEngine(Engine):
     """
 
     name = "dask"
-    #: a hop between two workers costs ~8 ms on Dask (the scheduler between them,
-    #: 378 KB or 8 bytes alike), against ~1 ms a worker for a state's trip to the
-    #: driver and back: the tree pays only from a few hundred workers
-    tree_min_workers = 256
 
     def __init__(
         self,
@@ -468,6 +464,11 @@ class _DaskPinned(Pinned):
 
     def _submit(self, slot, fn, args):
         return slot.actor.run(fn, args)
+
+    def _slot_host(self, slot) -> str | None:
+        from distributed.comm import get_address_host
+
+        return get_address_host(slot.worker)
 
     def _tree(self, fn, args_list, combine, shared, slots, what):
         """The tree as Dask tasks held to the slots' workers (an actor's results go

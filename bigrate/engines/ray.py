@@ -90,9 +90,6 @@ def _warm_and_hold(fn, *args):
 class RayEngine(Engine):
     name = "ray"
     resolve_in_batch = staticmethod(resolve_ref)
-    #: a hop between two actors costs ~4 ms for a 378 KB state (~1.4 ms for 8 bytes),
-    #: against ~1 ms a worker for a state's trip to the driver and back
-    tree_min_workers = 64
 
     def __init__(
         self,

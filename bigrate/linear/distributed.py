@@ -411,12 +411,14 @@ def fit_distributed(
     small data). The workers' states are combined on the workers along the engine's
     reduction tree (:meth:`~bigrate.engines.base.Pinned.allreduce`): the driver
     receives one merged state a round, in an order fixed by the task indices, so the
-    model is the same bits on every engine. ``merge``: where the tree is combined,
-    "workers" (the driver receives one state a round; the next round's start goes
-    down the same tree from the root's worker), "driver" (the workers' states come to
-    the driver, which combines them in the same order: the same bits) or "auto":
-    on the workers from the engine's ``tree_min_workers`` (where a worker-to-worker
-    hop, ~8 ms on Dask and ~4 ms on Ray here, costs less than the states' trips).
+    model is the same bits on every engine. ``merge``: where and how the tree is
+    combined, "direct" (the default, also "auto": over TCP connections between the
+    workers' slots, no scheduler in any hop; the driver sends each slot a small call
+    a round and receives the merged state from the root's slot, whose worker sends
+    the next round's start down the tree), "workers" (the same tree as the engine's
+    own tasks: each hop passes the scheduler, ~7 ms on Dask here), or "driver" (the
+    workers' states come to the driver, which combines them in the same order). All
+    three give the same bits.
 
     ``on_round(round_index, engine)`` is called after every round (for monitoring).
     ``cache_mb``: decoded row groups each worker keeps across rounds (default: 25% of
@@ -482,9 +484,11 @@ def fit_distributed(
         rows_per_unit = max(1.0, float(np.mean(sizes))) if sizes else 1.0
         per_round.append(max(1, math.ceil((int(steps * share) + 1) / rows_per_unit)))
     if merge == "auto":
-        merge = "workers" if n_w >= engine.tree_min_workers else "driver"
-    elif merge not in ("workers", "driver"):
-        raise ValueError(f"merge must be 'auto', 'workers' or 'driver', got {merge!r}")
+        merge = "direct"
+    elif merge not in ("direct", "workers", "driver"):
+        raise ValueError(
+            f"merge must be 'auto', 'direct', 'workers' or 'driver', got {merge!r}"
+        )
     cached = [cached_classes(own_pos[k], own_neg[k], cache_mb) for k in range(n_w)]
     seed = plan.seed
     if progress:
@@ -613,7 +617,9 @@ def fit_distributed(
         "rounds": rnd,
         "steps_per_round": steps,
         "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
-        "merge": merge,  # where the workers' states were combined
+        # where the workers' states were combined (an engine without worker slots,
+        # such as the local one, combines them here)
+        "merge": merge if pool.kind == "actors" else "driver",
         "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
         "cache_mb": cache_mb,  # decoded row groups a worker keeps across rounds
         # the warm-up's wall time (making the slots included) and its slowest task

@@ -184,12 +184,13 @@ def tree_combine(a, b):
     }
 
 
-def check_allreduce(eng, n=5, on_workers=True):
+def check_allreduce(eng, n=5, on_workers=True, on="workers"):
     """``Pinned.allreduce``: the tasks' results combined in the tree's fixed order
     (the same keys and bits as ``tree_reduce`` here, whatever order they finished
     in), on the workers (``on_workers``: no combination in this process), each task
     given the shared object, and a second call's shared object the first's result,
-    broadcast from the workers."""
+    broadcast from the workers. ``on``: where the tree is combined ("workers": the
+    engine's own tasks, "direct": connections between the slots)."""
     import os
 
     from bigrate.engines.base import Reduced, tree_reduce
@@ -197,7 +198,7 @@ def check_allreduce(eng, n=5, on_workers=True):
     args = [(k, n, 3.0) for k in range(n)]
     expect = tree_reduce([tree_task("s", *a) for a in args], tree_combine)
     with eng.pinned() as pool:
-        first = pool.allreduce(tree_task, args, tree_combine, shared="s")
+        first = pool.allreduce(tree_task, args, tree_combine, shared="s", on=on)
         assert isinstance(first, Reduced)
         got = first.value
         assert got["keys"] == expect["keys"] != sorted(expect["keys"])
@@ -212,7 +213,7 @@ def check_allreduce(eng, n=5, on_workers=True):
         # the next call gets the first result (from the workers where they have it)
         first.value = dict(got, x=-1.0)  # what this process holds is not what is sent
         second = pool.allreduce(tree_task, args, tree_combine, shared=first,
-                                slots=range(n)[::-1])  # fmt: skip
+                                slots=range(n)[::-1], on=on)  # fmt: skip
         sent = second.value["shared"]
         assert len(sent) == n and len({repr(s) for s in sent}) == 1
         if on_workers:
@@ -220,7 +221,13 @@ def check_allreduce(eng, n=5, on_workers=True):
         else:
             assert sent[0] == -1.0
         with pytest_raises(TaskError, "task 3 fails"):
-            pool.allreduce(_fails_at_3, args, tree_combine, shared="s")
+            pool.allreduce(_fails_at_3, args, tree_combine, shared="s", on=on)
+        assert pool.fallbacks == 0
+        # the failed call left nothing behind that the next one trips on
+        again = pool.allreduce(tree_task, args, tree_combine, shared="t", on=on)
+        assert again.value["keys"] == expect["keys"]
+        assert again.value["shared"] == ["t"] * n
+        np.testing.assert_array_equal(again.value["x"], expect["x"])
         assert pool.fallbacks == 0
 
 

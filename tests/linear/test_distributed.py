@@ -136,7 +136,8 @@ def test_qvalue_on_dask(dask_engine, dataset):
     assert positives_at_q(y, m.decision_function(X), 0.05) > 0.3 * (y > 0).sum()
 
 
-def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
+@pytest.mark.parametrize("merge", ["workers", "direct"])
+def test_worker_killed_mid_training_still_completes(dask_engine, dataset, merge):
     from bigrate.linear import fit_distributed
 
     ds, X, y = dataset
@@ -156,7 +157,7 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
         progress=False,
         rounds_per_epoch=8,
         on_round=on_round,
-        merge="workers",  # the loss lands in the workers' tree
+        merge=merge,  # the loss lands in the workers' tree
     )
     assert killed
     c = Confusion.of(y, m.decision_function(X))
@@ -168,7 +169,7 @@ def test_worker_killed_mid_training_still_completes(dask_engine, dataset):
     # model is the uninterrupted fit's, bit for bit, whether the states were combined
     # on the workers or in the driver
     assert m.engine_["calls"] == "actors" and m.engine_["tasks_rerun"] >= 1
-    assert m.engine_["merge"] == "workers"
+    assert m.engine_["merge"] == merge
     ref = fit_distributed(
         NeymanPearsonSGD(rho=0.05, epochs=6, random_state=1), ds, dask_engine,
         progress=False, rounds_per_epoch=8, merge="driver",
@@ -229,7 +230,8 @@ class _RecordingPool:
         return out
 
 
-def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
+@pytest.mark.parametrize("merge", ["workers", "direct"])
+def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset, merge):
     """Each round starts from the mean of the workers' models and the geometric mean
     of their multipliers (1e-12), which the workers combined along the engine's tree
     in its fixed order: the same bits as the tree run in this process on the tasks
@@ -243,9 +245,9 @@ def test_exact_replay_of_the_merge_of_every_round(dask_engine, dataset):
     rec = _Recording(dask_engine)
     m = fit_distributed(
         NeymanPearsonSGD(rho=0.05, epochs=2, random_state=3, calibrate=None), ds, rec,
-        progress=False, rounds_per_epoch=3, workers=4, merge="workers",
+        progress=False, rounds_per_epoch=3, workers=4, merge=merge,
     )  # fmt: skip
-    assert len(rec.rounds) == 6
+    assert len(rec.rounds) == 6 and m.engine_["merge"] == merge
     merged = None
     for args, shared, total in rec.rounds:
         assert len(args) == 4 and total.tasks == 4  # every share ran every round
@@ -336,10 +338,11 @@ def test_dask_pinned_pool_keeps_slots_and_survives_a_killed_worker(dask_engine):
     check_pinned(dask_engine, "actors", kill, settle)
 
 
-def test_dask_allreduce_combines_on_the_workers_in_a_fixed_order(dask_engine):
+@pytest.mark.parametrize("on", ["workers", "direct"])
+def test_dask_allreduce_combines_on_the_workers_in_a_fixed_order(dask_engine, on):
     from tests.engines.batching import check_allreduce
 
-    check_allreduce(dask_engine)
+    check_allreduce(dask_engine, on=on)
 
 
 def _malloc_trim_threshold():

@@ -252,6 +252,7 @@ def test_embedded_ray_binds_loopback_and_maps():
         )
 
         check_allreduce(eng)
+        check_allreduce(eng, on="direct")
         check_map_dynamic(eng)
         check_map_guided(eng)
         check_sweep_batches_short_tasks(eng)
