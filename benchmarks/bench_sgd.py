@@ -243,15 +243,21 @@ def _round_overheads(engine: str, d: int, sizes=(1, 2, 4, 8, 16), rounds=25) -> 
         try:
             row = {}
             with eng.pinned() as pool:
-                for on in ("driver", "workers"):
-                    shared, ts = np.zeros(d), []
+                for on in ("driver", "workers", "direct"):
+                    shared, ts, fan = np.zeros(d), [], []
                     for _ in range(rounds + 5):
                         t = time.perf_counter()
                         red = pool.allreduce(_hop_leaf, [(d, k) for k in range(w)],
                                              combine_rounds, shared=shared, on=on)  # fmt: skip
                         ts.append(time.perf_counter() - t)
                         shared = red
+                        if on == "direct" and w > 1:
+                            # the root's slot pickling the other slots' parts
+                            fan.append(pool.mesh_seconds[0][3] / (w - 1))
                     row[on] = float(np.median(ts[5:]))
+                    if fan:
+                        row["direct_part_s"] = float(np.median(fan[5:]))
+                assert pool.fallbacks == pool.direct_failures == 0, "a round ran again"
                 if w == 2:
                     for size in (1, d):
                         hops = []
@@ -359,21 +365,38 @@ def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") ->
     #     tree) + (W - 1) x the tasks' cost to whoever places them (the 2-worker
     #     tree round less the 1-worker round and two hops, per worker).
     # The engine's rule picks where (tree_min_workers); "best" takes the cheaper.
+    #   direct (merge="direct", the default): the driver makes one call a round, to
+    #     the root's slot, which sends each other slot its part (pickled and sent in
+    #     turn: f a slot, measured there), then the state goes down and up the tree.
+    #     The 1-worker direct round + (W - 1) f + 2 (depth - 1) hops, a hop being
+    #     half of what the second worker adds (the 2-worker direct round less the
+    #     1-worker one and f: the state down to it and its state back, each
+    #     pickled, sent and read). That is a cluster with a core a worker; on C
+    #     cores the W - 1 other workers' parts (2 hops + f of CPU each) share them:
+    #     the round is at least o1 + (W - 1)(2 hop + f) / C, which the rows measured
+    #     here on 4-16 processes (on 2 cores) check.
     o1 = meas["rounds"][1]["driver"]
     o2d = meas["rounds"][2]["driver"]
     o2t = meas["rounds"][2]["workers"]
+    o1x, o2x = meas["rounds"][1]["direct"], meas["rounds"][2]["direct"]
     hop = meas[f"hop_{d * 8}_bytes_s"]
+    per_part = float(np.median([r["direct_part_s"] for w, r in
+                                meas["rounds"].items() if w > 1]))  # fmt: skip
+    hop_x = max(o2x - o1x - per_part, 0.0) / 2
     per_state = max(o2d - o1, 0.0)
     per_task = max(o2t - o1 - 2 * hop, 0.0)
+
+    def direct_overhead(w, cores=None):
+        path = o1x + (w - 1) * per_part + 2 * (depth(w) - 1) * hop_x
+        if cores is None:  # a core a worker
+            return path
+        return max(path, o1x + (w - 1) * (2 * hop_x + per_part) / cores)
+
     step = {1: r1["round_mean_task_s"] / r1["steps_per_round"],
             2: r2["round_mean_task_s"] / r2["steps_per_round"]}  # fmt: skip
     imbalance = r2["round_slowest_task_s"] / r2["round_mean_task_s"]
     cap = 2 * NeymanPearsonSGD().buffer_rows
     per_epoch = r1["steps_per_round"] * r1["rounds"] // 2  # 2 epochs were fitted
-    from bigrate.engines.dask import DaskEngine
-    from bigrate.engines.ray import RayEngine
-
-    tree_min = (DaskEngine if engine == "dask" else RayEngine).tree_min_workers
 
     def depth(w):
         lv, frontier = 1, [0]
@@ -390,11 +413,11 @@ def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") ->
         task = step[1 if w == 1 else 2] * steps * (imbalance if w > 1 else 1.0)
         drv = o1 + (w - 1) * per_state
         tree = o1 + 2 * (depth(w) - 1) * hop + (w - 1) * per_task
-        rule = tree if w >= tree_min else drv
+        direct = direct_overhead(w)
         out = {"rounds_per_epoch": rounds, "steps_per_task": steps, "task_s": task,
                "overhead_driver_s": drv, "overhead_tree_s": tree,
-               "merge": "workers" if w >= tree_min else "driver"}  # fmt: skip
-        for name, o in (("rule", rule), ("best", min(drv, tree))):
+               "overhead_direct_s": direct, "merge": "direct"}  # fmt: skip
+        for name, o in (("rule", direct), ("best", min(drv, tree, direct))):
             out[f"epoch_{name}_s"] = rounds * (task + o)
             out[f"comm_share_{name}"] = o / (task + o)
         return out
@@ -409,10 +432,18 @@ def bench_scale(out: Path, rows: int, repeats: int = 3, engine: str = "dask") ->
         res[f"model_{label}"] = tab
     pred2 = res["model_rcv1"][2]["speedup_rule"]
     res["model_2_vs_measured"] = pred2 / res["speedup_2_vs_1"]
-    res.update(per_step_s=step, imbalance=imbalance, hop_s=hop,
-               per_state_s=per_state, per_task_s=per_task, round_1_s=o1)  # fmt: skip
+    # the direct rounds' model on this machine's 2 cores, against the measurements
+    res["direct_model_vs_measured"] = {
+        w: {"model_s": direct_overhead(w, os.cpu_count()),
+            "measured_s": meas["rounds"][w]["direct"]}
+        for w in meas["rounds"]
+    }  # fmt: skip
+    res.update(per_step_s=step, imbalance=imbalance, hop_s=hop, hop_direct_s=hop_x,
+               per_state_s=per_state, per_task_s=per_task, per_part_s=per_part,
+               round_1_s=o1, round_1_direct_s=o1x)  # fmt: skip
     print(json.dumps({k: v for k, v in res.items() if k.startswith(("model_2",
-          "speedup", "hop", "per_", "round_1"))}, indent=1), flush=True)  # fmt: skip
+          "speedup", "hop", "per_", "round_1", "direct_model"))}, indent=1,
+          default=str), flush=True)  # fmt: skip
     for label in ("rcv1", "x100"):
         for w, row in res[f"model_{label}"].items():
             print(label, w, {k: round(v, 4) if isinstance(v, float) else v

@@ -642,9 +642,13 @@ class Pinned:
         self._retry_at = 0.0
         self._mesh: dict | None = None  # the slots' connections (on="direct")
         self._mesh_calls = 0
-        #: the last direct call's seconds on each slot: (the shared value passed
-        #: down, the tasks, the partials passed up)
+        #: the last direct call's seconds on the root's slot: (the shared value
+        #: passed down, the tasks, the partials passed up, and within the first the
+        #: other slots' parts pickled and queued)
         self.mesh_seconds: dict[int, tuple] = {}
+        #: direct calls that failed (a task's exception, or the connections) and
+        #: ran again as tasks combined in the driver
+        self.direct_failures = 0
 
     #: seconds the slots may take to open their ends of the mesh
     MESH_OPEN_SECONDS = DEFAULT_TIMEOUT
@@ -839,47 +843,48 @@ class Pinned:
             relay = None if h[3] == where[0] else (h[3], h[2])
         else:
             top = ("value", shared_value(shared))
-        nodes: dict[int, dict] = {}
-        for i, j in enumerate(where):
-            nodes.setdefault(j, {})[i] = args_list[i]
-        if relay is not None:
-            nodes.setdefault(relay[0], {})
-        pending = {
-            j: self._submit(mine[j], M.mesh_call, (
-                net["token"], j, call, where, fn, combine,
-                top if j == where[0] else ("down",), mine_nodes,
-                relay[1] if relay is not None and relay[0] == j else None))
-            for j, mine_nodes in nodes.items()
-        }  # fmt: skip
-        value, bad, lost = None, [], False
+        used = set(where) | ({relay[0]} if relay is not None else set())
+        # one call, to the root's slot: it sends the other slots their parts
+        root = where[0]
+        pending = {root: self._submit(mine[root], M.mesh_call, (
+            net["token"], root, call, where, fn, combine, top,
+            dict(enumerate(args_list)), relay))}  # fmt: skip
+        value, bad, lost = None, False, False
         self.mesh_seconds = {}
         watch = self.engine.watch(what)
-        while pending and not (bad or lost):
+        while pending:
             got = self._collect(pending, POLL_SECONDS)
-            for j, r in got.items():
-                del pending[j]
+            if root in got:
+                del pending[root]
+                r = got[root]
                 if r is LOST:
                     lost = True
                 elif _failed(r[0]):
-                    bad.append(r[0]["error"])
+                    bad = r[0]["error"]
                 else:
-                    self.mesh_seconds[j] = r[0]["value"]["seconds"]
-                    if j == where[0]:
-                        value = r[0]["value"]["value"]
-            if got:
-                watch.progress()
-            elif any(j in self._gone(mine) for j in pending):
+                    value = r[0]["value"]["value"]
+                    self.mesh_seconds[root] = r[0]["value"]["seconds"]
+                    watch.progress()
+            elif any(j in self._gone(mine) for j in used):
                 lost = True
-            elif pending:
-                watch.idle(len(pending))
+                break
+            else:
+                watch.idle(len(used))
         if not (bad or lost):
-            return Reduced(value, ("mesh", net["token"], call, where[0]), self,
+            return Reduced(value, ("mesh", net["token"], call, root), self,
                            self.generation)  # fmt: skip
-        # the other slots' calls end at once, and the next call opens a new mesh
-        M.mesh_abort([net["addresses"][j] for j in pending], net["token"])
+        # the slots' parts end at once, and the next call opens a new mesh
+        M.mesh_abort([net["addresses"][j] for j in sorted(used)], net["token"])
         self._mesh = None
-        if lost or any(j in self._gone(mine) for j in nodes):
+        if lost or any(j in self._gone(mine) for j in used):
             return LOST
+        self.direct_failures += 1
+        if self.direct_failures == 1:  # said once: the rounds go on, more slowly
+            first = str(bad).splitlines()[0] if bad else "?"
+            self.engine.notice(
+                f"{what}: the workers' direct connections failed ({first}); the "
+                "call runs again as tasks combined here"
+            )
         return FAILED
 
     def _slot_host(self, slot) -> str | None:

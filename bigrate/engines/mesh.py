@@ -26,26 +26,33 @@ listener when it finds a worker gone; and the connections' TCP keepalive notices
 peer host that vanished. The driver then runs the call again in another way (the pool
 opens a new mesh at its next call).
 
-Values travel as pickle protocol 5 frames, between the pool's own processes only (the
-same trust as the engine's own transport); nothing here is written to disk.
+Values travel as (cloud)pickle protocol 5 frames, as the engines' own transports send
+functions and values, between the pool's own processes only (the same trust as the
+engine's own transport); nothing here is written to disk.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import queue
 import secrets
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
+
+import cloudpickle
 
 from bigrate.engines.base import combine_node, tree_children, tree_parent
 
 _HELLO = struct.Struct("!4s32si")  # magic, the mesh's token, the sender's slot
 _MAGIC = b"BRM1"
 _ABORT = -1  # a hello from the driver: end the call
+_WORK = -2  # a frame's source and destination node for a slot's part of a call
+_COMMON = -3  # ... and destination for what a call's parts have in common
 _FRAME = struct.Struct("!qiiq")  # call, source node, destination node, length
 _CHUNK = 1 << 20
 _NOTHING = object()
@@ -86,7 +93,10 @@ def _own_host() -> str:
 
 
 class Mesh:
-    """A slot's end of the pool's connections (see the module docstring)."""
+    """A slot's end of the pool's connections (see the module docstring), served by
+    a thread of its own: every read, write and task of a call happens there, so the
+    root slot's actor call only hands it the call and waits, and the other slots
+    start when the root's work frame reaches them."""
 
     def __init__(self, token: str, slot: int, host: str):
         self.token, self.slot = token, slot
@@ -102,6 +112,84 @@ class Mesh:
         self.broken: str | None = None
         self.memo: tuple = (_NOTHING, b"")  # (the object, its pickle)
         self.used = time.monotonic()
+        # calls handed over by this process's actor calls, and their outcomes
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: dict[int, tuple] = {}
+        self.cond = threading.Condition()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._closing = False
+        self.thread = threading.Thread(
+            target=self._serve, name=f"bigrate-mesh-{slot}", daemon=True
+        )
+        self.thread.start()
+
+    # -- the thread ------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            while True:
+                job = self._next()
+                self._run(job)
+        except BaseException as e:  # noqa: BLE001 - every end is reported
+            self._end(f"{type(e).__name__}: {e}")
+
+    def _next(self) -> dict:
+        """The next call: one handed over here (this is its root's slot) or a work
+        frame from the root's slot."""
+        got: list = []
+
+        def ready() -> bool:
+            if not self.jobs.empty():
+                got.append(self.jobs.get())
+                return True
+            for key in self.inbox:
+                if key[1:] == (_WORK, _WORK) and key[0] > self.call:
+                    got.append(self.inbox.pop(key))
+                    return True
+            return False
+
+        self._pump(ready)
+        return got[0]
+
+    def _end(self, why: str) -> None:
+        """Close every connection (the peers' waits on this slot end) and tell a
+        waiting actor call why."""
+        self.broken = why
+        for s in [*self.socks, self.listener, self._wake_r, self._wake_w]:
+            try:
+                s.close()
+            except OSError:
+                pass
+        self.socks.clear()
+        self.out.clear()
+        self.inbox.clear()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait(self, call: int) -> tuple:
+        """(value, seconds) of call ``call`` handed over here; MeshError if the
+        mesh broke first."""
+        with self.cond:
+            while call not in self.done:
+                if self.broken:
+                    raise MeshError(f"slot {self.slot}: {self.broken}")
+                self.cond.wait(1.0)
+            return self.done.pop(call)
+
+    def hand_over(self, job: dict) -> None:
+        self.jobs.put(job)
+        self._wake()
+
+    def request_close(self) -> None:
+        """End the thread (from any thread: the thread itself closes the sockets)."""
+        self._closing = True
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # closed already
 
     # -- connections -------------------------------------------------------------
     def _add(self, s: socket.socket, peer: int) -> None:
@@ -146,15 +234,14 @@ class Mesh:
         self._add(s, peer)
 
     # -- frames ------------------------------------------------------------------
-    def send(self, peer: int, src: int, dst: int, obj) -> None:
+    def send(self, peer: int, src: int, dst: int, obj, call: int | None = None) -> None:
         """Queue ``obj`` for node ``dst`` on slot ``peer`` (written while waiting)."""
         if self.memo[0] is not obj:  # a value sent to two children is pickled once
-            self.memo = (obj, pickle.dumps(obj, protocol=5))
+            self.memo = (obj, cloudpickle.dumps(obj, protocol=5))
         payload = self.memo[1]
         s = self._conn(peer)
-        self.socks[s]["wq"].append(
-            memoryview(_FRAME.pack(self.call, src, dst, len(payload)) + payload)
-        )
+        head = _FRAME.pack(self.call if call is None else call, src, dst, len(payload))
+        self.socks[s]["wq"].append(memoryview(head + payload))
 
     def recv(self, src: int, dst: int):
         """Node ``src``'s value for node ``dst`` in this call (waiting for it)."""
@@ -182,11 +269,11 @@ class Mesh:
             call, src, dst, n = _FRAME.unpack_from(buf)
             if len(buf) < _FRAME.size + n:
                 break
-            if call == self.call:
+            if call >= self.call:  # an earlier, ended call's frame is dropped
                 self.inbox[(call, src, dst)] = pickle.loads(
                     memoryview(buf)[_FRAME.size : _FRAME.size + n]
                 )
-            del buf[: _FRAME.size + n]  # an earlier, ended call's frame: dropped
+            del buf[: _FRAME.size + n]
 
     def _write(self, s: socket.socket) -> None:
         q = self.socks[s]["wq"]
@@ -203,36 +290,95 @@ class Mesh:
 
     def _pump(self, done: Callable[[], bool]) -> None:
         while not done():
+            if self._closing:
+                raise MeshError(f"slot {self.slot}: closed")
             socks = list(self.socks)
             writing = [s for s in socks if self.socks[s]["wq"]]
-            r, w, _ = select.select([self.listener, *socks], writing, [], 1.0)
+            r, w, _ = select.select(
+                [self.listener, self._wake_r, *socks], writing, [], 1.0
+            )
             for s in w:
                 self._write(s)
             for s in r:
                 if s is self.listener:
                     self._accept()
+                elif s is self._wake_r:
+                    try:
+                        s.recv(4096)
+                    except BlockingIOError:
+                        pass
                 else:
                     self._read(s)
 
-    def close(self, why: str | None = None) -> None:
-        self.broken = why or "closed"
-        for s in list(self.socks):
-            s.close()
-        self.socks.clear()
-        self.out.clear()
-        self.inbox.clear()
-        self.listener.close()
+    # -- a call ------------------------------------------------------------------
+    def _run(self, job: dict) -> None:
+        """This slot's part of one call (see :func:`mesh_call`)."""
+        if "where" not in job:  # a part sent by the root's slot: with the common
+            job = {**self.inbox.pop((job["call"], _WORK, _COMMON)), **job}
+        call, where, fn, combine = job["call"], job["where"], job["fn"], job["combine"]
+        slot, n = self.slot, len(where)
+        self.call, self.used, self.memo = call, time.monotonic(), (_NOTHING, b"")
+        self.inbox = {k: v for k, v in self.inbox.items() if k[0] >= call}
+        t0 = time.perf_counter()
+        work = job.get("work")
+        if work is not None:  # the root's slot: every other slot's part, flat
+            common = {k: job[k] for k in ("where", "fn", "combine")}
+            for j in work:  # pickled once for all (and before each part)
+                self.send(j, _WORK, _COMMON, common)
+            for j, part in work.items():
+                self.send(j, _WORK, _WORK, part)
+        t_work = time.perf_counter() - t0
+        nodes = job["nodes"]
+        if job.get("relay") is not None:  # the previous root's value, to this root
+            self.send(where[0], -1, 0, self.kept[job["relay"]])
+        mine = sorted(nodes)
+        val = {}
+        for i in mine:  # 1: the shared value down
+            if i == 0:
+                kind, x = job["shared"]
+                val[i] = (
+                    x if kind == "value"
+                    else self.kept[x] if kind == "kept"
+                    else self.recv(-1, 0)
+                )  # fmt: skip
+            else:
+                p = tree_parent(i)
+                val[i] = val[p] if where[p] == slot else self.recv(p, i)
+            for c in tree_children(i, n):
+                if where[c] != slot:
+                    self.send(where[c], i, c, val[i])
+        self.flush()
+        t1 = time.perf_counter()
+        own = {i: fn(val[i], *nodes[i]) for i in mine}  # 2: the tasks
+        t2 = time.perf_counter()
+        part = {}
+        for i in reversed(mine):  # 3: the partials up
+            kids = [
+                part.pop(c) if where[c] == slot else self.recv(c, i)
+                for c in tree_children(i, n)
+            ]
+            part[i] = combine_node(combine, own.pop(i), *kids)
+            if i and where[tree_parent(i)] != slot:
+                self.send(where[tree_parent(i)], i, tree_parent(i), part.pop(i))
+        self.flush()
+        if 0 in part:
+            self.kept = {call: part[0]}
+            seconds = (t1 - t0, t2 - t1, time.perf_counter() - t2, t_work)
+            with self.cond:
+                self.done[call] = (part[0], seconds)
+                self.cond.notify_all()
 
 
 def mesh_open(token: str, slot: int, host: str | None) -> dict:
     """Slot ``slot``'s end of mesh ``token`` in this process (a listener on ``host``,
-    or this worker's own address): its address, and this process's id. Meshes of
-    this slot's earlier pools in the process are closed."""
+    or this worker's own address, and its thread): its address, and this process's
+    id. Broken meshes in the process, and those unused for ``IDLE_SECONDS``, are
+    closed."""
     now = time.monotonic()
     for key in [
         k for k, m in _MESHES.items() if m.broken or now - m.used > IDLE_SECONDS
     ]:
-        _MESHES.pop(key).close()
+        _MESHES.pop(key).request_close()
     m = Mesh(token, slot, host or _own_host())
     _MESHES[(token, slot)] = m
     return {"address": m.address, "pid": os.getpid()}
@@ -248,7 +394,7 @@ def mesh_close(token: str) -> int:
     """Close this process's ends of mesh ``token``; how many there were."""
     keys = [k for k in _MESHES if k[0] == token]
     for k in keys:
-        _MESHES.pop(k).close()
+        _MESHES.pop(k).request_close()
     return len(keys)
 
 
@@ -272,63 +418,37 @@ def mesh_call(
     combine: Callable,
     shared: tuple,
     node_args: dict[int, tuple],
-    relay: int | None = None,
-):
-    """This slot's part of one allreduce over mesh ``token``: the tree's nodes
-    ``node_args`` (node -> the task's arguments; task i runs ``fn(shared, *args)``),
-    ``where[i]`` the slot of node i. ``shared``, on the root's slot: ``("value", x)``
-    (given to the root), ``("kept", c)`` (the root's value of call ``c``, kept on this
-    slot) or ``("from", j)`` (that value, sent by slot j, which gets ``relay=c``);
-    ``("down",)`` elsewhere. Returns the combined value on the root's slot, None
-    elsewhere, and the seconds each phase took here."""
+    relay: tuple[int, int] | None = None,
+) -> dict:
+    """One allreduce over mesh ``token``, called on the root's slot ``slot`` (=
+    ``where[0]``): task i runs ``fn(shared, *node_args[i])`` on slot ``where[i]``.
+    The root's slot sends every other slot its nodes' arguments (one frame a slot),
+    and the three phases run on all of them at once. ``shared``: ``("value", x)``,
+    ``("kept", c)`` (the value of call ``c``, kept on this slot) or ``("from", j)``
+    (kept on slot j, which sends it here: ``relay=(j, c)``). Returns the combined
+    value and the seconds of the phases on this slot (the value down, the tasks, the
+    partials up; and, within the first, the other slots' parts pickled and queued)."""
     m = _MESHES.get((token, slot))
     if m is None or m.broken:
-        raise MeshError(f"slot {slot}: mesh {token[:8]} is not open here")
+        why = m.broken if m is not None else "not open here"
+        raise MeshError(f"slot {slot}: mesh {token[:8]}: {why}")
     if call <= m.call:
         raise MeshError(f"slot {slot}: call {call} after call {m.call}")
-    m.call, m.used, m.memo = call, time.monotonic(), (_NOTHING, b"")
-    m.inbox = {k: v for k, v in m.inbox.items() if k[0] >= call}
-    n, mine = len(where), sorted(node_args)
-    t0 = time.perf_counter()
-    try:
-        if relay is not None:  # the previous root's value, to this call's root
-            m.send(where[0], -1, 0, m.kept[relay])
-        val = {}
-        for i in mine:  # 1: the shared value down
-            if i == 0:
-                kind = shared[0]
-                val[i] = (
-                    shared[1] if kind == "value"
-                    else m.kept[shared[1]] if kind == "kept"
-                    else m.recv(-1, 0)
-                )  # fmt: skip
-            else:
-                p = tree_parent(i)
-                val[i] = val[p] if where[p] == slot else m.recv(p, i)
-            for c in tree_children(i, n):
-                if where[c] != slot:
-                    m.send(where[c], i, c, val[i])
-        m.flush()
-        t1 = time.perf_counter()
-        own = {i: fn(val[i], *node_args[i]) for i in mine}  # 2: the tasks
-        t2 = time.perf_counter()
-        part = {}
-        for i in reversed(mine):  # 3: the partials up
-            kids = [
-                part.pop(c) if where[c] == slot else m.recv(c, i)
-                for c in tree_children(i, n)
-            ]
-            part[i] = combine_node(combine, own.pop(i), *kids)
-            if i and where[tree_parent(i)] != slot:
-                m.send(where[tree_parent(i)], i, tree_parent(i), part.pop(i))
-        m.flush()
-    except BaseException as e:
-        # this slot's connections closed: its peers' waits on it end too
-        m.close(f"{type(e).__name__}: {e}")
-        _MESHES.pop((token, slot), None)
-        raise
-    seconds = (t1 - t0, t2 - t1, time.perf_counter() - t2)
-    if 0 in part:
-        m.kept = {call: part[0]}
-        return {"value": part[0], "seconds": seconds}
-    return {"value": None, "seconds": seconds}
+    if where[0] != slot:
+        raise ValueError(f"mesh_call goes to the root's slot {where[0]}, not {slot}")
+    common = {"call": call, "where": where, "fn": fn, "combine": combine}
+    parts: dict[int, dict] = {}
+    for i, j in enumerate(where):
+        parts.setdefault(j, {})[i] = node_args[i]
+    if relay is not None:
+        parts.setdefault(relay[0], {})
+    work = {
+        j: {"call": call, "nodes": nodes, "shared": ("down",),
+            "relay": relay[1] if relay is not None and relay[0] == j else None}
+        for j, nodes in parts.items() if j != slot
+    }  # fmt: skip
+    mine = parts.get(slot, {})
+    m.hand_over({**common, "nodes": mine, "shared": shared, "work": work,
+                 "relay": relay[1] if relay is not None and relay[0] == slot else None})  # fmt: skip
+    value, seconds = m.wait(call)
+    return {"value": value, "seconds": seconds}
