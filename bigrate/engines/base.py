@@ -642,6 +642,9 @@ class Pinned:
         self._retry_at = 0.0
         self._mesh: dict | None = None  # the slots' connections (on="direct")
         self._mesh_calls = 0
+        #: why the slots could not open the mesh (then direct calls combine in the
+        #: driver for the pool's life), or None
+        self._mesh_refused: str | None = None
         #: the last direct call's seconds on the root's slot: (the shared value
         #: passed down, the tasks, the partials passed up, and within the first the
         #: other slots' parts pickled and queued)
@@ -785,6 +788,9 @@ class Pinned:
             run = functools.partial(self.run, slots=slots)
             return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
         slots = list(range(len(args_list)) if slots is None else slots)
+        if on == "direct" and self._mesh_refused is not None:
+            run = functools.partial(self.run, slots=slots)  # no mesh here: the driver
+            return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
         if on == "direct":
             got = self._direct(fn, args_list, combine, shared, slots, what)
         else:
@@ -901,10 +907,26 @@ class Pinned:
         if net is not None and net["generation"] == self.generation:
             return net
         token, mine = M.new_token(), self._slots
-        opened = self._on_each_slot(
-            M.mesh_open, [(token, j, self._slot_host(s)) for j, s in enumerate(mine)]
-        )
+        try:
+            hosts = [self._slot_host(s) for s in mine]
+        except Exception as e:  # noqa: BLE001 - workers without a TCP address
+            hosts = None
+            why = f"{type(e).__name__}: {e}"
+        opened = None
+        if hosts is not None:
+            opened = self._on_each_slot(
+                M.mesh_open, [(token, j, hosts[j]) for j in range(len(mine))]
+            )
+            why = getattr(self, "_on_each_slot_error", None) or "a slot did not answer"
         if opened is None:
+            if all(j not in self._gone(mine) for j in range(len(mine))):
+                # the workers are there but cannot open their ends (no address to
+                # listen on): the pool combines in the driver from now on
+                self._mesh_refused = why
+                self.engine.notice(
+                    f"the workers cannot connect to each other directly ({why}); "
+                    "rounds are combined in the driver"
+                )
             return None
         addresses = [tuple(o["address"]) for o in opened]
         if self._on_each_slot(
@@ -920,6 +942,7 @@ class Pinned:
         """``fn(*args_list[j])`` on slot j, for every slot; None if any is lost, or
         fails, or takes longer than ``MESH_OPEN_SECONDS``."""
         mine = self._slots
+        self._on_each_slot_error = None
         pending = {j: self._submit(mine[j], fn, a) for j, a in enumerate(args_list)}
         out: list = [None] * len(args_list)
         deadline = time.monotonic() + self.MESH_OPEN_SECONDS
@@ -927,6 +950,8 @@ class Pinned:
             for j, r in self._collect(pending, POLL_SECONDS).items():
                 del pending[j]
                 if r is LOST or _failed(r[0]):
+                    if r is not LOST:
+                        self._on_each_slot_error = r[0]["error"].splitlines()[0]
                     return None
                 out[j] = r[0]["value"]
             if any(j in self._gone(mine) for j in pending):

@@ -53,8 +53,9 @@ _MAGIC = b"BRM1"
 _ABORT = -1  # a hello from the driver: end the call
 _WORK = -2  # a frame's source and destination node for a slot's part of a call
 _COMMON = -3  # ... and destination for what a call's parts have in common
-_FRAME = struct.Struct("!qiiq")  # call, source node, destination node, length
-_CHUNK = 1 << 20
+#: call, source node, destination node, the body's bytes, the arrays out of band (the
+#: body: their sizes, the pickle, their bytes)
+_FRAME = struct.Struct("!qiiqi")
 _NOTHING = object()
 
 #: a mesh unused this long is closed when another opens in its process (a pool whose
@@ -110,7 +111,7 @@ class Mesh:
         self.call = -1
         self.kept: dict[int, object] = {}  # call -> the root's value (one kept)
         self.broken: str | None = None
-        self.memo: tuple = (_NOTHING, b"")  # (the object, its pickle)
+        self.memo: tuple = (_NOTHING, [])  # (the object, its frame's parts)
         self.used = time.monotonic()
         # calls handed over by this process's actor calls, and their outcomes
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -194,7 +195,8 @@ class Mesh:
     # -- connections -------------------------------------------------------------
     def _add(self, s: socket.socket, peer: int) -> None:
         s.setblocking(False)
-        self.socks[s] = {"peer": peer, "rbuf": bytearray(), "wq": []}
+        self.socks[s] = {"peer": peer, "head": bytearray(), "body": None, "off": 0,
+                         "wq": []}  # fmt: skip
         self.out.setdefault(peer, s)
 
     def _conn(self, peer: int) -> socket.socket:
@@ -235,13 +237,23 @@ class Mesh:
 
     # -- frames ------------------------------------------------------------------
     def send(self, peer: int, src: int, dst: int, obj, call: int | None = None) -> None:
-        """Queue ``obj`` for node ``dst`` on slot ``peer`` (written while waiting)."""
+        """Queue ``obj`` for node ``dst`` on slot ``peer`` (written while waiting).
+        Arrays travel out of band (pickle protocol 5): their bytes are written from
+        where they lie and read into one buffer, where the arrays then live, with no
+        copy into or out of the pickle."""
         if self.memo[0] is not obj:  # a value sent to two children is pickled once
-            self.memo = (obj, cloudpickle.dumps(obj, protocol=5))
-        payload = self.memo[1]
+            bufs: list = []
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+            raw = [b.raw() for b in bufs]
+            sizes = struct.pack(f"!{len(raw)}q", *(r.nbytes for r in raw))
+            self.memo = (obj, [memoryview(sizes), memoryview(data), *raw])
+        parts = self.memo[1]
         s = self._conn(peer)
-        head = _FRAME.pack(self.call if call is None else call, src, dst, len(payload))
-        self.socks[s]["wq"].append(memoryview(head + payload))
+        body = sum(p.nbytes for p in parts)
+        head = _FRAME.pack(
+            self.call if call is None else call, src, dst, body, len(parts) - 2
+        )
+        self.socks[s]["wq"] += [memoryview(head), *parts]
 
     def recv(self, src: int, dst: int):
         """Node ``src``'s value for node ``dst`` in this call (waiting for it)."""
@@ -254,39 +266,67 @@ class Mesh:
         self._pump(lambda: not any(b["wq"] for b in self.socks.values()))
 
     def _read(self, s: socket.socket) -> None:
+        """Read what ``s`` has (a frame's header, then its body straight into a
+        buffer of its size), and file the frames it completes."""
         b = self.socks[s]
-        try:
-            data = s.recv(_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError as e:
-            raise MeshError(f"slot {self.slot}: slot {b['peer']}: {e}") from None
-        if not data:
-            raise MeshError(f"slot {self.slot}: slot {b['peer']} closed its connection")
-        buf = b["rbuf"]
-        buf += data
-        while len(buf) >= _FRAME.size:
-            call, src, dst, n = _FRAME.unpack_from(buf)
-            if len(buf) < _FRAME.size + n:
-                break
-            if call >= self.call:  # an earlier, ended call's frame is dropped
-                self.inbox[(call, src, dst)] = pickle.loads(
-                    memoryview(buf)[_FRAME.size : _FRAME.size + n]
+        for _ in range(64):  # at most this many reads before the writes get a turn
+            head, body = b["head"], b["body"]
+            try:
+                if body is None:
+                    data = s.recv(_FRAME.size - len(head))
+                    got = len(data)
+                    head += data
+                else:
+                    got = s.recv_into(memoryview(body)[b["off"] :])
+                    b["off"] += got
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                raise MeshError(f"slot {self.slot}: slot {b['peer']}: {e}") from None
+            if not got:
+                raise MeshError(
+                    f"slot {self.slot}: slot {b['peer']} closed its connection"
                 )
-            del buf[: _FRAME.size + n]
+            if body is None and len(head) == _FRAME.size:
+                b["body"], b["off"] = bytearray(_FRAME.unpack(head)[3]), 0
+            body = b["body"]
+            if body is not None and b["off"] == len(body):
+                self._file(_FRAME.unpack(head), body)
+                b["head"], b["body"] = bytearray(), None
+
+    def _file(self, head: tuple, body: bytearray) -> None:
+        call, src, dst, _, n_bufs = head
+        if call < self.call:
+            return  # an earlier, ended call's frame: dropped
+        view = memoryview(body)
+        sizes = struct.unpack_from(f"!{n_bufs}q", body)
+        end = len(body) - sum(sizes)
+        bufs, at = [], end
+        for n in sizes:
+            bufs.append(view[at : at + n])
+            at += n
+        self.inbox[(call, src, dst)] = pickle.loads(
+            view[8 * n_bufs : end], buffers=bufs
+        )
 
     def _write(self, s: socket.socket) -> None:
         q = self.socks[s]["wq"]
-        try:
-            sent = s.send(q[0])
-        except BlockingIOError:
-            return
-        except OSError as e:
-            peer = self.socks[s]["peer"]
-            raise MeshError(f"slot {self.slot}: slot {peer}: {e}") from None
-        q[0] = q[0][sent:]
-        if not len(q[0]):
-            q.pop(0)
+        while q:
+            try:
+                sent = s.sendmsg(q[:64])  # the queued parts, gathered
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                peer = self.socks[s]["peer"]
+                raise MeshError(f"slot {self.slot}: slot {peer}: {e}") from None
+            while sent and q:
+                n = q[0].nbytes
+                if sent >= n:
+                    sent -= n
+                    q.pop(0)
+                else:
+                    q[0] = q[0][sent:]
+                    sent = 0
 
     def _pump(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -317,7 +357,7 @@ class Mesh:
             job = {**self.inbox.pop((job["call"], _WORK, _COMMON)), **job}
         call, where, fn, combine = job["call"], job["where"], job["fn"], job["combine"]
         slot, n = self.slot, len(where)
-        self.call, self.used, self.memo = call, time.monotonic(), (_NOTHING, b"")
+        self.call, self.used, self.memo = call, time.monotonic(), (_NOTHING, [])
         self.inbox = {k: v for k, v in self.inbox.items() if k[0] >= call}
         t0 = time.perf_counter()
         work = job.get("work")

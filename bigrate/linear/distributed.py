@@ -354,10 +354,11 @@ def round_units(
 
 #: the round's fixed cost model behind ``rounds_per_epoch="auto"``: seconds a round
 #: spends beyond its tasks on W workers, ``ROUND_FIXED_S[0] + ROUND_FIXED_S[1] *
-#: log2(W) + ROUND_FIXED_S[2] * W`` (the allreduce of a 378 KB state on 2-16 real worker
-#: processes, ``benchmarks/bench_sgd.py scale``), and seconds an SGD step takes (the
-#: 1- and 2-worker fits there, RCV1-shaped rows)
-ROUND_FIXED_S = (0.004, 0.0015, 0.0002)
+#: log2(W) + ROUND_FIXED_S[2] * W`` (the direct allreduce of a 378 KB state on real
+#: worker processes, ``benchmarks/bench_sgd.py scale``: the 1-worker round, two hops a
+#: level of the tree, the root's slot sending each other slot its part), and seconds
+#: an SGD step takes (the 1- and 2-worker fits there, RCV1-shaped rows)
+ROUND_FIXED_S = (0.003, 0.0017, 0.00012)
 STEP_S = 0.7e-6
 #: the share of a round its fixed cost may take before rounds get longer
 COMM_SHARE = 0.1
@@ -367,7 +368,7 @@ def auto_rounds_per_epoch(per_epoch: int, workers: int, most: int = 4) -> int:
     """Rounds an epoch for ``workers`` shares of ``per_epoch`` steps: ``most`` (the
     workers average their models that often an epoch) unless the tasks would then be
     so short that the round's fixed cost (:data:`ROUND_FIXED_S`, growing with log2 W
-    on the tree and W at the scheduler) takes more than :data:`COMM_SHARE` of a round;
+    on the tree and W at the root's slot) takes more than :data:`COMM_SHARE` of a round;
     then fewer, longer rounds (local SGD with a longer period), at least one an
     epoch. A function of the sizes only, so a fit is the same bits in every run."""
     a, b, c = ROUND_FIXED_S

@@ -179,6 +179,7 @@ def _fit(spec: JobSpec, params: dict, ds: ShardedDataset, eng, progress: bool,
         if ckpt.get("resume") is None:
             ckpt["workers"] = workers
         ckpt["rounds_per_epoch"] = spec.rounds_per_epoch
+        ckpt["merge"] = spec.merge
     est = fit_on_engine(est, ds, eng, progress, **ckpt)
     if spec.path is not None:
         select_tau(spec, est, ds, progress, _say)
@@ -200,6 +201,8 @@ def _evaluate_into(spec: JobSpec, run: RunDir, est, ds: ShardedDataset, eng,
     ev = evaluate_model(est, ds, ds.splits, engine=eng, cost=cost)
     metrics = {"evaluation": ev, "target": est.rate_target(),
                "history": getattr(est, "history_", []), **extra}  # fmt: skip
+    if getattr(est, "engine_", None):  # the rounds: where their time went, the merge
+        metrics["engine"] = est.engine_
     promise = getattr(getattr(est, "best_estimator_", est), "guarantee_", None)
     if promise is not None:
         metrics["guarantee"] = promise

@@ -34,6 +34,10 @@ together as a :class:`JobSpecError`.
     rounds_per_epoch = "auto"      # SGD learners: how often an epoch the workers
                                    # average their models (at least; "auto": 4, fewer
                                    # where the rounds' fixed cost would dominate)
+    merge = "auto"                 # SGD learners: where the workers' models are
+                                   # combined: "auto"/"direct" (worker to worker over
+                                   # TCP), "workers" (engine tasks) or "driver"; the
+                                   # same bits
     [sweep]                        # kind = "sweep" only
     grid = { alpha = [1e-4, 1e-3], eta = [2.0, 5.0] }
     cv = 3                         # folds of the train split, or "val" (the val split)
@@ -67,6 +71,8 @@ from bigrate.metrics import SELECT
 from bigrate.runner.registry import ESTIMATORS, estimator_class
 
 KINDS = ("train", "sweep", "evaluate")
+#: where the SGD learners' rounds combine the workers' models (fit_distributed's merge)
+MERGES = ("auto", "direct", "workers", "driver")
 
 _SCHEMA = {
     "job": {"kind": str, "name": str},
@@ -81,6 +87,7 @@ _SCHEMA = {
         "worker_wait": (int, float),
         "memory_limit": (int, str),
         "rounds_per_epoch": (int, str),
+        "merge": str,
     },
     "sweep": {
         "grid": dict,
@@ -136,6 +143,7 @@ class JobSpec:
     worker_wait: float = 120.0
     memory_limit: int | str | None = None  # embedded Dask workers' limit
     rounds_per_epoch: int | str = "auto"
+    merge: str = "auto"
     grid: dict = field(default_factory=dict)
     cv: int | str = "val"
     select: str = "J_val"
@@ -477,6 +485,11 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
             f'engine.rounds_per_epoch: must be "auto" or an integer >= 1, got '
             f"{per_epoch!r}"
         )
+    merge = engine.get("merge", "auto")
+    if merge not in MERGES:
+        problems.append(
+            f"engine.merge: one of {', '.join(repr(m) for m in MERGES)}, got {merge!r}"
+        )
     ck_rounds = output.get("checkpoint_rounds", 20)
     if ck_rounds < 1:
         problems.append(f"output.checkpoint_rounds: must be >= 1, got {ck_rounds}")
@@ -584,6 +597,7 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         worker_wait=worker_wait,
         memory_limit=memory_limit,
         rounds_per_epoch=per_epoch,
+        merge=merge,
         grid=grid,
         cv=cv,
         select=select or "J_val",

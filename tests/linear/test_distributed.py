@@ -513,7 +513,7 @@ def test_fewer_longer_rounds_for_many_workers_keep_the_rates(dataset):
 
     assert auto_rounds_per_epoch(1_100_000, 2) == 4  # RCV1-scale: as before
     assert auto_rounds_per_epoch(1_100_000, 32) == 1
-    assert auto_rounds_per_epoch(110_000_000, 128) == 1  # (memory asks for more)
+    assert auto_rounds_per_epoch(110_000_000, 128) == 2  # (memory asks for more)
     ds, X, y = dataset
     Xt, yt = blobs(99, n=20000)
     rates = {}
@@ -591,3 +591,35 @@ def test_a_worker_runs_its_rounds_without_importing_the_estimators():
 
     assert NeymanPearsonSGD.__module__ == "bigrate.linear.sgd"
     assert StateSum.__module__ == "bigrate.linear.steps"
+
+
+def test_direct_merge_falls_back_to_the_driver_where_workers_cannot_listen(
+    dask_engine,
+):
+    """Workers that cannot open their ends of the mesh (here: no address to listen
+    on) make the pool combine in the driver for its life, said once; the value is the
+    same bits."""
+    from bigrate.engines.base import tree_reduce
+    from tests.engines.batching import tree_combine, tree_task
+
+    said = []
+    dask_engine.on_notice, before = said.append, dask_engine.on_notice
+
+    def no_address(slot):
+        raise ValueError("this worker has no TCP address")
+
+    args = [(k, 3, 3.0) for k in range(3)]
+    expect = tree_reduce([tree_task("s", *a) for a in args], tree_combine)
+    try:
+        with dask_engine.pinned() as pool:
+            pool._slot_host = no_address
+            for _ in range(2):
+                got = pool.allreduce(tree_task, args, tree_combine, shared="s",
+                                     on="direct").value  # fmt: skip
+                assert got["keys"] == expect["keys"]
+                np.testing.assert_array_equal(got["x"], expect["x"])
+                assert set(got["combine_pids"]) == {os.getpid()}
+            assert "no TCP address" in pool._mesh_refused
+    finally:
+        dask_engine.on_notice = before
+    assert len([s for s in said if "cannot connect to each other" in s]) == 1

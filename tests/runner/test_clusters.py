@@ -151,6 +151,8 @@ def test_train_job_on_dask_by_address_survives_a_killed_worker(
     assert f"worker {lost[0]['worker']} lost" in err
     m = json.loads((run / "metrics.json").read_text())
     assert m["evaluation"]["test"]["pfa"] < 0.1 and m["evaluation"]["test"]["pnd"] < 0.8
+    # the rounds were combined worker to worker, by the job's default
+    assert m["engine"]["merge"] == "direct" and m["engine"]["calls"] == "actors"
 
 
 def _port_open(port: int) -> bool:

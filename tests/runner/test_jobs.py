@@ -70,6 +70,8 @@ def test_train_job_run_directory(tmp_path, synth):
     assert events[0] == "run_started" and events[-1] == "run_finished"
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["evaluation"]["test"]["pfa"] < 0.1
+    assert metrics["engine"]["name"] == "local" and metrics["engine"]["rounds"] == 16
+    assert metrics["engine"]["merge"] == "driver"  # no workers: combined here
     assert "test" in p.stdout and f"run directory: {run}" in p.stdout
     # predict, and the saved model gives identical scores
     run_cli("predict", run, synth, "--out", tmp_path / "s.parquet", check=True)

@@ -46,6 +46,10 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         {"engine": "dask", "address": "tcp://127.0.0.1:8786"},
     )
     assert spec.engine == "dask" and spec.address == "tcp://127.0.0.1:8786"
+    assert spec.merge == "auto"
+    text = GOOD.replace('name = "local"', 'name = "dask"\nmerge = "driver"')
+    spec = load_job(write(tmp_path, text.format(data=data_dir, out="runs")))
+    assert spec.merge == "driver"
 
 
 @pytest.mark.parametrize(
@@ -157,10 +161,13 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         address = "10.0.0.1:8786"
         rounds_per_epoch = 0
         memory_limit = "1GiB"
+        merge = "scheduler"
         """,
             [
                 "engine.address: a Dask scheduler address looks like tcp://host:8786",
                 'engine.rounds_per_epoch: must be "auto" or an integer >= 1, got 0',
+                "engine.merge: one of 'auto', 'direct', 'workers', 'driver', got "
+                "'scheduler'",
                 "engine.memory_limit: sets the workers' limit of an embedded Dask "
                 "cluster only (engine 'dask', address '10.0.0.1:8786')",
             ],
