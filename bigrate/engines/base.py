@@ -645,6 +645,7 @@ class Pinned:
         #: why the slots could not open the mesh (then direct calls combine in the
         #: driver for the pool's life), or None
         self._mesh_refused: str | None = None
+        self._mesh_faults = 0  # direct calls in a row that failed, not by a task
         #: the last direct call's seconds on the root's slot: (the shared value
         #: passed down, the tasks, the partials passed up, and within the first the
         #: other slots' parts pickled and queued)
@@ -655,6 +656,9 @@ class Pinned:
 
     #: seconds the slots may take to open their ends of the mesh
     MESH_OPEN_SECONDS = DEFAULT_TIMEOUT
+    #: direct calls in a row whose connections failed (their tasks did not) before
+    #: the pool combines in the driver for good
+    MESH_FAULTS = 2
 
     @property
     def n_slots(self) -> int:
@@ -796,6 +800,7 @@ class Pinned:
         else:
             got = self._tree(fn, args_list, combine, shared, slots, what)
         if isinstance(got, Reduced):
+            self._mesh_faults = 0
             return got
         if got is LOST:
             self.engine.check_cluster()  # the whole cluster, or only a worker?
@@ -803,7 +808,18 @@ class Pinned:
             self._drop(lost=True)  # made again on the workers there are, next call
         # LOST, or FAILED: run here, where an exception raises its TaskError
         run = self.engine.run
-        return self._reduce_here(run, fn, args_list, combine, shared, retries, what)
+        out = self._reduce_here(run, fn, args_list, combine, shared, retries, what)
+        if got is FAILED and on == "direct":
+            # the tasks ran here without an error: the connections failed, not them
+            self._mesh_faults += 1
+            if self._mesh_faults >= self.MESH_FAULTS:
+                self._mesh_refused = f"{self._mesh_faults} calls in a row failed"
+                self.engine.notice(
+                    f"{what}: the workers' direct connections failed "
+                    f"{self._mesh_faults} times in a row; rounds are combined in the "
+                    "driver from now on"
+                )
+        return out
 
     @staticmethod
     def _reduce_here(run, fn, args_list, combine, shared, retries, what) -> Reduced:

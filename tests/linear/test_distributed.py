@@ -623,3 +623,45 @@ def test_direct_merge_falls_back_to_the_driver_where_workers_cannot_listen(
     finally:
         dask_engine.on_notice = before
     assert len([s for s in said if "cannot connect to each other" in s]) == 1
+
+
+def test_direct_merge_gives_up_on_connections_that_keep_failing(dask_engine):
+    """Connections between the workers that fail (here: every slot is given a port
+    where nothing listens, as a firewall would leave them) while the tasks succeed:
+    each call runs again as tasks combined in the driver (the same bits), and after
+    MESH_FAULTS calls in a row the pool combines in the driver for good, said once."""
+    import socket
+
+    from bigrate.engines import mesh as M
+    from bigrate.engines.base import tree_reduce
+    from tests.engines.batching import tree_combine, tree_task
+
+    with socket.socket() as s:  # a port of this machine where nothing listens
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    said = []
+    dask_engine.on_notice, before = said.append, dask_engine.on_notice
+    args = [(k, 3, 3.0) for k in range(3)]
+    expect = tree_reduce([tree_task("s", *a) for a in args], tree_combine)
+    try:
+        with dask_engine.pinned() as pool:
+            real = pool._on_each_slot
+
+            def dead_peers(fn, args_list):
+                if fn is M.mesh_peers:
+                    args_list = [(t, j, [("127.0.0.1", dead)] * len(peers))
+                                 for t, j, peers in args_list]  # fmt: skip
+                return real(fn, args_list)
+
+            pool._on_each_slot = dead_peers
+            for k in range(3):
+                got = pool.allreduce(tree_task, args, tree_combine, shared="s",
+                                     on="direct").value  # fmt: skip
+                assert got["keys"] == expect["keys"]
+                np.testing.assert_array_equal(got["x"], expect["x"])
+                assert set(got["combine_pids"]) == {os.getpid()}
+                assert (pool._mesh_refused is not None) == (k >= 1)
+            assert pool.direct_failures == pool.MESH_FAULTS == 2
+    finally:
+        dask_engine.on_notice = before
+    assert len([s for s in said if "in a row" in s]) == 1
