@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from bigrate.engines.tree import tree_children, tree_parent, tree_reduce  # noqa: F401
+
 DEFAULT_TIMEOUT = 30.0  # seconds to reach a cluster before giving up
 DEFAULT_WORKER_WAIT = 120.0  # seconds a cluster may have no worker before giving up
 POLL_SECONDS = 1.0  # every wait on a cluster looks up at least this often
@@ -519,42 +521,6 @@ def run_batch(fn: Callable, items: list[tuple], resolve: Callable | None) -> lis
                 {"error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}
             )
     return out
-
-
-def tree_children(i: int, n: int) -> list[int]:
-    """The children of node ``i`` of the reduction tree over ``n`` tasks: the binary
-    heap's ``2i + 1`` and ``2i + 2`` (task 0 is the root; node ``i > 0``'s parent is
-    ``(i - 1) // 2``). Every task's result is sent once, to its parent; the tree is
-    ``ceil(log2(n + 1))`` levels deep."""
-    return [c for c in (2 * i + 1, 2 * i + 2) if c < n]
-
-
-def tree_parent(i: int) -> int:
-    return (i - 1) // 2
-
-
-def combine_node(combine: Callable, own, *children):
-    """Node ``i``'s partial result: its own result combined with its children's
-    partials, the lower child first (``combine(combine(own, c1), c2)``)."""
-    out = own
-    for c in children:
-        out = combine(out, c)
-    return out
-
-
-def tree_reduce(values: Sequence, combine: Callable):
-    """``values`` combined along the reduction tree (:func:`tree_children`), in the
-    order every engine uses on its workers, so the result is the same bits wherever
-    and in whatever order the values were computed."""
-    n = len(values)
-    if n == 0:
-        raise ValueError("tree_reduce needs at least one value")
-    part = list(values)
-    for i in range(n - 1, -1, -1):
-        part[i] = combine_node(
-            combine, part[i], *(part[c] for c in tree_children(i, n))
-        )
-    return part[0]
 
 
 def tree_leaf(fn: Callable, shared, args: tuple):

@@ -38,15 +38,14 @@ from bigrate.engines.base import (
     Reduced,
     Slot,
     TaskError,
-    combine_node,
     probe_cluster,
     same,
     shared_value,
     submit_while_free,
     tree_leaf,
-    tree_parent,
     wait_reachable,
 )
+from bigrate.engines.tree import combine_node, tree_parent
 
 #: seconds a client may stay disconnected from its scheduler before it counts as lost
 RECONNECT_SECONDS = 5.0

@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 import cloudpickle
 
-from bigrate.engines.base import combine_node, tree_children, tree_parent
+from bigrate.engines.tree import combine_node, tree_children, tree_parent
 
 _HELLO = struct.Struct("!4s32si")  # magic, the mesh's token, the sender's slot
 _MAGIC = b"BRM1"

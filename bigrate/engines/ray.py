@@ -35,16 +35,15 @@ from bigrate.engines.base import (
     Reduced,
     Slot,
     TaskError,
-    combine_node,
     host_port,
     probe_cluster,
     same,
     shared_value,
     submit_while_free,
     tree_leaf,
-    tree_parent,
     wait_reachable,
 )
+from bigrate.engines.tree import combine_node, tree_parent
 
 
 def _single_node_mode() -> None:

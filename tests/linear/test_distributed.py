@@ -593,6 +593,17 @@ def test_a_worker_runs_its_rounds_without_importing_the_estimators():
     assert StateSum.__module__ == "bigrate.linear.steps"
 
 
+def _combined_in_the_driver(pool, args, expect):
+    """A direct allreduce of the tree check's tasks: ``expect``'s value, bit for bit,
+    combined in this process."""
+    from tests.engines.batching import tree_combine, tree_task
+
+    got = pool.allreduce(tree_task, args, tree_combine, shared="s", on="direct").value
+    assert got["keys"] == expect["keys"]
+    np.testing.assert_array_equal(got["x"], expect["x"])
+    assert set(got["combine_pids"]) == {os.getpid()}
+
+
 def test_direct_merge_falls_back_to_the_driver_where_workers_cannot_listen(
     dask_engine,
 ):
@@ -614,11 +625,7 @@ def test_direct_merge_falls_back_to_the_driver_where_workers_cannot_listen(
         with dask_engine.pinned() as pool:
             pool._slot_host = no_address
             for _ in range(2):
-                got = pool.allreduce(tree_task, args, tree_combine, shared="s",
-                                     on="direct").value  # fmt: skip
-                assert got["keys"] == expect["keys"]
-                np.testing.assert_array_equal(got["x"], expect["x"])
-                assert set(got["combine_pids"]) == {os.getpid()}
+                _combined_in_the_driver(pool, args, expect)
             assert "no TCP address" in pool._mesh_refused
     finally:
         dask_engine.on_notice = before
@@ -655,11 +662,7 @@ def test_direct_merge_gives_up_on_connections_that_keep_failing(dask_engine):
 
             pool._on_each_slot = dead_peers
             for k in range(3):
-                got = pool.allreduce(tree_task, args, tree_combine, shared="s",
-                                     on="direct").value  # fmt: skip
-                assert got["keys"] == expect["keys"]
-                np.testing.assert_array_equal(got["x"], expect["x"])
-                assert set(got["combine_pids"]) == {os.getpid()}
+                _combined_in_the_driver(pool, args, expect)
                 assert (pool._mesh_refused is not None) == (k >= 1)
             assert pool.direct_failures == pool.MESH_FAULTS == 2
     finally:
