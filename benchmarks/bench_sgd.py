@@ -213,6 +213,41 @@ def bench_blockq(out: Path, seeds: int = 3) -> dict:
     return res
 
 
+def bench_rounds(out: Path, rows: int, seeds: int = 3) -> dict:
+    """The rates with the rounds of ``rounds_per_epoch="auto"`` against 4 rounds an
+    epoch, at 2, 8 and 32 shares of the RCV1-scale shards (the distributed rounds on
+    the local engine, the same bits as on a cluster of that many workers):
+    NeymanPearsonSGD at rho 0.05, defaults, 2 epochs, test Pfa / Pnd mean and sd over
+    ``seeds``, the guarantee its calibration got and the rounds an epoch."""
+    from bigrate import NeymanPearsonSGD, ShardedDataset
+    from bigrate.engines.local import LocalEngine
+    from bigrate.linear import fit_distributed
+
+    ds = ShardedDataset(_synth(out, rows))
+    res = {"rows": rows, "rho": 0.05, "seeds": seeds, "epochs": 2}
+    for w in (2, 8, 32):
+        for per_epoch in ("auto", 4):
+            got, kinds = [], set()
+            for seed in range(seeds):
+                m = fit_distributed(
+                    NeymanPearsonSGD(rho=0.05, epochs=2, random_state=seed), ds,
+                    LocalEngine(), workers=w, rounds_per_epoch=per_epoch,
+                    progress=False,
+                )  # fmt: skip
+                c = m.score_confusion(ds, split="test")
+                got.append((c.pfa, c.pnd, m.engine_["rounds"] / 2))
+                kinds.add(m.guarantee_["kind"])
+            r = np.array(got)
+            res[f"w{w}_{per_epoch}"] = {
+                "rounds_per_epoch": float(r[0, 2]), "guarantee": sorted(kinds),
+                "test_pfa": float(r[:, 0].mean()), "test_pfa_sd": float(r[:, 0].std()),
+                "test_pnd": float(r[:, 1].mean()), "test_pnd_sd": float(r[:, 1].std()),
+            }  # fmt: skip
+            print(w, per_epoch, res[f"w{w}_{per_epoch}"], flush=True)
+    _save(out, "sgd_rounds", res)
+    return res
+
+
 def _hop_leaf(start, d, k):
     """A round task with no steps: a state of ``d`` floats from the start."""
     from bigrate.linear.distributed import RoundSum
@@ -874,6 +909,7 @@ def main() -> None:
             "speed",
             "pairs",
             "blockq",
+            "rounds",
             "scale",
             "ooc",
             "job",
@@ -901,6 +937,8 @@ def main() -> None:
             bench_pairs(out, a.rows or 300_000)
         elif w == "blockq":
             bench_blockq(out)
+        elif w == "rounds":
+            bench_rounds(out, a.rows or 804_414)
         elif w == "scale":
             bench_scale(out, a.rows or 804_414, a.repeats, a.engine)
         elif w == "ooc":

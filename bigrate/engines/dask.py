@@ -168,7 +168,7 @@ class DaskEngine(Engine):
         if address:
             wait_reachable(address, 8786, timeout, "Dask scheduler")
             probe_cluster("dask", address, timeout)
-        from dask.distributed import Client, LocalCluster
+        from dask.distributed import Client
 
         _quiet_closed_comms()
         if address:
@@ -193,7 +193,7 @@ class DaskEngine(Engine):
                 }
             ):
                 with _workers_ignore_signals():
-                    self.cluster = LocalCluster(
+                    self.cluster = _LocalCluster(
                         host="127.0.0.1",
                         n_workers=n,
                         threads_per_worker=1,
@@ -395,6 +395,29 @@ class DaskEngine(Engine):
                 log.setLevel(level)
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _LocalCluster(**kw):
+    """An embedded LocalCluster whose nannies are left to restart lost workers."""
+    from distributed import LocalCluster
+    from distributed.deploy.cluster import Cluster
+
+    class KeepNannies(LocalCluster):
+        """A LocalCluster that leaves a nanny be when its worker is lost. Dask's
+        SpecCluster closes the nanny of a worker whose name is still absent
+        ``distributed.deploy.lost-worker-timeout`` (15 s) after a loss; the nanny
+        restarts its worker within a second or two, so a second loss of the same
+        worker at that moment (seen in CI: two killed-worker tests 15 s apart) closed
+        the nanny, and the embedded cluster ran on one worker for good. A nanny that
+        cannot restart its worker closes itself."""
+
+        def _update_worker_status(self, op, msg):
+            if op == "remove":  # the bookkeeping, without the closing timer
+                Cluster._update_worker_status(self, op, msg)
+            else:
+                super()._update_worker_status(op, msg)
+
+    return KeepNannies(**kw)
 
 
 def _wait_some(futures: list, timeout: float = POLL_SECONDS) -> set:

@@ -668,3 +668,30 @@ def test_direct_merge_gives_up_on_connections_that_keep_failing(dask_engine):
     finally:
         dask_engine.on_notice = before
     assert len([s for s in said if "in a row" in s]) == 1
+
+
+def test_a_worker_lost_while_its_nanny_restarts_it_keeps_its_nanny():
+    """Dask's SpecCluster closes the nanny of a worker still absent
+    ``lost-worker-timeout`` after a loss (15 s; here 0.2 s, shorter than a restart):
+    the embedded cluster keeps its nannies, so the restarted worker comes back and
+    the cluster has both workers again."""
+    import dask
+
+    from bigrate.engines.dask import DaskEngine
+
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "0.2s"}):
+        with DaskEngine(n_workers=2, dashboard=False) as eng:
+            victim = sorted(eng.worker_pids().values())[0]
+            os.kill(victim, signal.SIGKILL)
+            pids: dict = {}
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                try:
+                    pids = eng.worker_pids()
+                except OSError:
+                    continue
+                if len(pids) == 2 and victim not in pids.values():
+                    break
+            assert len(eng.cluster.workers) == 2  # no nanny closed
+            assert len(pids) == 2 and victim not in pids.values()
