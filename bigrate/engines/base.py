@@ -612,6 +612,7 @@ class Pinned:
         #: driver for the pool's life), or None
         self._mesh_refused: str | None = None
         self._mesh_faults = 0  # direct calls in a row that failed, not by a task
+        self._cluster_checked = 0.0  # when a direct call last looked at the cluster
         #: the last direct call's seconds on the root's slot: (the shared value
         #: passed down, the tasks, the partials passed up, and within the first the
         #: other slots' parts pickled and queued)
@@ -810,6 +811,12 @@ class Pinned:
         the mesh broke: run again here)."""
         from bigrate.engines import mesh as M
 
+        # the calls go worker to worker, and would go on without the scheduler or
+        # head: whether the cluster is whole is looked at once a second at most
+        now = time.monotonic()
+        if now - self._cluster_checked >= POLL_SECONDS:
+            self.engine.check_cluster()
+            self._cluster_checked = now
         net = self._mesh_ready()
         if net is None:
             return LOST

@@ -179,14 +179,23 @@ def c_chains(points: Sequence[dict], default_c=None) -> list[list[int]]:
     return [sorted(g, key=c_of) for g in groups.values()]
 
 
-def fit_split(est, dataset_path: str, data: str = "shards", split: str = "train"):
+def fit_split(est, dataset_path: str, data: str = "shards", split: str = "train",
+              rounds: dict | None = None):  # fmt: skip
     """Fit ``est`` on the rows of ``split`` of the dataset at ``dataset_path``, given as
     the estimator takes them (``data``): "shards", the ShardedDataset itself (the
     estimator streams it, or reads its group column); "sparse", the split as CSR;
-    "dense", as an array. Returns the fitted estimator."""
+    "dense", as an array. ``rounds`` (a learner fitted by distributed rounds: its
+    ``workers`` shares and ``rounds_per_epoch``): the rounds run here, on the local
+    engine, which gives the same bits as the same rounds on any cluster. Returns the
+    fitted estimator."""
     from bigrate.data.reader import ShardedDataset
 
     ds = ShardedDataset(dataset_path)
+    if rounds is not None and getattr(est, "_job_fit", None) == "rounds":
+        from bigrate.engines.local import LocalEngine
+        from bigrate.linear.distributed import fit_distributed
+
+        return fit_distributed(est, ds, LocalEngine(), progress=False, **rounds)
     if data == "shards":
         if split != "train" and "split" in est.get_params():
             est.set_params(split=split)
@@ -196,13 +205,14 @@ def fit_split(est, dataset_path: str, data: str = "shards", split: str = "train"
 
 
 def fit_val(est_cls, params: dict, dataset_path: str, target: dict,
-            data: str = "shards") -> dict:  # fmt: skip
+            data: str = "shards", rounds: dict | None = None) -> dict:  # fmt: skip
     """One task: fit on the train split of the dataset at ``dataset_path`` (read where
-    the task runs, as ``data`` says: see :func:`fit_split`), score its val split."""
+    the task runs, as ``data`` and ``rounds`` say: see :func:`fit_split`), score its
+    val split."""
     from bigrate.data.reader import ShardedDataset
 
     t = time.perf_counter()
-    est = fit_split(est_cls(**params), dataset_path, data)
+    est = fit_split(est_cls(**params), dataset_path, data, rounds=rounds)
     ds = ShardedDataset(dataset_path)
     return _record(evaluate_split(est.decision_function, ds, "val", **target), t)
 

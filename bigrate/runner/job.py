@@ -325,11 +325,19 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             folds(0)
             run.event("data_loaded", seconds=time.perf_counter() - t)
 
+        # a learner fitted by rounds is fitted on the val protocol by the same rounds
+        # as the refit of the best point below (the same shares and schedule: the
+        # same bits on any engine), so the model the job delivers is the one chosen
+        rounds = (
+            {"workers": workers, "rounds_per_epoch": spec.rounds_per_epoch}
+            if e.streams else None
+        )  # fmt: skip
+
         def task_args(p, k):
             params = {**base, **points[p]}
             target = {**cls(**params).rate_target(), "cost": spec.cost()}
             if spec.cv == "val":
-                return (cls, params, ds.ref, target, e.data)
+                return (cls, params, ds.ref, target, e.data, rounds)
             return (cls, params, *folds(k), target)
 
         def chain_args(ps, k):  # warm starts along C: one task a chain and fold
