@@ -613,6 +613,7 @@ class Pinned:
         self._mesh_refused: str | None = None
         self._mesh_faults = 0  # direct calls in a row that failed, not by a task
         self._cluster_checked = 0.0  # when a direct call last looked at the cluster
+        self._on_each_slot_error: str | None = None  # the last one's failure
         #: the last direct call's seconds on the root's slot: (the shared value
         #: passed down, the tasks, the partials passed up, and within the first the
         #: other slots' parts pickled and queued)
@@ -626,6 +627,11 @@ class Pinned:
     #: direct calls in a row whose connections failed (their tasks did not) before
     #: the pool combines in the driver for good
     MESH_FAULTS = 2
+
+    @property
+    def mesh_refused(self) -> str | None:
+        """Why direct calls combine in the driver for the pool's life, or None."""
+        return self._mesh_refused
 
     @property
     def n_slots(self) -> int:
@@ -750,9 +756,12 @@ class Pinned:
 
         ``on="direct"``: the same tree over TCP connections between the slots'
         processes (:mod:`bigrate.engines.mesh`), with no scheduler in any hop: one
-        call a slot, the shared value sent once to the root's slot (or kept there
-        from the previous call) and passed down, the partials passed up, the root's
-        slot returning the value. The same bits again."""
+        call a round, to the root's slot, which sends every other slot its part; the
+        shared value sent once to the root's slot (or kept there from the previous
+        call) and passed down, the partials passed up, the root's slot returning the
+        value. The same bits again. Connections that fail while the tasks do not
+        (``MESH_FAULTS`` calls in a row), or slots that cannot listen, leave the pool
+        combining in the driver."""
         if on not in ("workers", "driver", "direct"):
             raise ValueError(f"on must be 'workers', 'direct' or 'driver', got {on!r}")
         if on == "driver" or not self._ready():
@@ -906,7 +915,7 @@ class Pinned:
             opened = self._on_each_slot(
                 M.mesh_open, [(token, j, hosts[j]) for j in range(len(mine))]
             )
-            why = getattr(self, "_on_each_slot_error", None) or "a slot did not answer"
+            why = self._on_each_slot_error or "a slot did not answer"
         if opened is None:
             if all(j not in self._gone(mine) for j in range(len(mine))):
                 # the workers are there but cannot open their ends (no address to

@@ -414,9 +414,9 @@ def fit_distributed(
     receives one merged state a round, in an order fixed by the task indices, so the
     model is the same bits on every engine. ``merge``: where and how the tree is
     combined, "direct" (the default, also "auto": over TCP connections between the
-    workers' slots, no scheduler in any hop; the driver sends each slot a small call
-    a round and receives the merged state from the root's slot, whose worker sends
-    the next round's start down the tree), "workers" (the same tree as the engine's
+    workers' slots, no scheduler in any hop; the driver makes one call a round, to
+    the root's slot, which sends the other slots their parts, passes the round's
+    start down the tree and returns the merged state), "workers" (the same tree as the engine's
     own tasks: each hop passes the scheduler, ~7 ms on Dask here), or "driver" (the
     workers' states come to the driver, which combines them in the same order). All
     three give the same bits.
@@ -619,8 +619,11 @@ def fit_distributed(
         "steps_per_round": steps,
         "calls": pool.kind,  # how rounds reached the workers: "actors" or "tasks"
         # where the workers' states were combined (an engine without worker slots,
-        # such as the local one, combines them here)
-        "merge": merge if pool.kind == "actors" else "driver",
+        # such as the local one, and workers that could not connect to each other
+        # combine them here)
+        "merge": (
+            merge if pool.kind == "actors" and not pool.mesh_refused else "driver"
+        ),
         "tasks_rerun": pool.fallbacks,  # tasks run again after a lost worker
         "cache_mb": cache_mb,  # decoded row groups a worker keeps across rounds
         # the warm-up's wall time (making the slots included) and its slowest task

@@ -626,7 +626,7 @@ def test_direct_merge_falls_back_to_the_driver_where_workers_cannot_listen(
             pool._slot_host = no_address
             for _ in range(2):
                 _combined_in_the_driver(pool, args, expect)
-            assert "no TCP address" in pool._mesh_refused
+            assert "no TCP address" in pool.mesh_refused
     finally:
         dask_engine.on_notice = before
     assert len([s for s in said if "cannot connect to each other" in s]) == 1
@@ -663,7 +663,7 @@ def test_direct_merge_gives_up_on_connections_that_keep_failing(dask_engine):
             pool._on_each_slot = dead_peers
             for k in range(3):
                 _combined_in_the_driver(pool, args, expect)
-                assert (pool._mesh_refused is not None) == (k >= 1)
+                assert (pool.mesh_refused is not None) == (k >= 1)
             assert pool.direct_failures == pool.MESH_FAULTS == 2
     finally:
         dask_engine.on_notice = before
