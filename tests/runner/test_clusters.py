@@ -255,6 +255,13 @@ def test_embedded_ray_binds_loopback_and_maps():
 
         check_allreduce(eng)
         check_allreduce(eng, on="direct")
+        from tests.engines.batching import tree_combine, tree_task
+
+        with eng.pinned() as pool:  # the slots' own listeners: on loopback too
+            pool.allreduce(tree_task, [(k, 3, 1.0) for k in range(3)], tree_combine,
+                           shared="s", on="direct")  # fmt: skip
+            ports = listening_ports([p.pid for p in descendants(os.getpid())])
+            assert ports <= {"127.0.0.1"} and pool.direct_failures == 0
         check_map_dynamic(eng)
         check_map_guided(eng)
         check_sweep_batches_short_tasks(eng)
