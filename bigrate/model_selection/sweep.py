@@ -191,14 +191,14 @@ def fit_split(est, dataset_path: str, data: str = "shards", split: str = "train"
     from bigrate.data.reader import ShardedDataset
 
     ds = ShardedDataset(dataset_path)
+    if data == "shards" and split != "train" and "split" in est.get_params():
+        est.set_params(split=split)
     if rounds is not None and getattr(est, "_job_fit", None) == "rounds":
         from bigrate.engines.local import LocalEngine
         from bigrate.linear.distributed import fit_distributed
 
         return fit_distributed(est, ds, LocalEngine(), progress=False, **rounds)
     if data == "shards":
-        if split != "train" and "split" in est.get_params():
-            est.set_params(split=split)
         return est.fit(ds)
     whole = ds.to_csr(split)
     return est.fit(whole.X.toarray() if data == "dense" else whole.X, whole.y)
