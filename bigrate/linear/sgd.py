@@ -81,6 +81,20 @@ def logistic_start(X, y, rows, alpha: float, fit_intercept: bool):
     return w, float(lr.intercept_[0]) if fit_intercept else 0.0
 
 
+#: rows holding fewer than this share of the features are sparse rows: there the
+#: intercept steps at SPARSE_INTERCEPT_RATE (scikit-learn's SGD does the same on sparse
+#: matrices), since b moves on every example and each feature only on the rows that
+#: hold it; rows holding most features (standardised dense data, whether given as an
+#: array, a CSR matrix or shards) step it at rate 1, as every weight does
+DENSE_ROWS = 0.5
+SPARSE_INTERCEPT_RATE = 0.01
+
+
+def row_density(nnz: int, rows: int, n_features: int) -> float:
+    """The share of the features a row holds on average (stored non-zeros)."""
+    return nnz / max(rows * n_features, 1)
+
+
 class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
     """Shared machinery of the NP and q-value SGD learners."""
 
@@ -122,7 +136,6 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             ensure_all_finite=True,
         )
         y8 = self._labels(y)
-        self._sparse_input = sp.issparse(X)
         X = sp.csr_matrix(X)
         if X.indices.dtype != np.int32 and X.nnz < 2**31:
             X.indices = X.indices.astype(np.int32)
@@ -131,8 +144,13 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
 
     # ---------------------------------------------------------------- defaults
     def _resolve(
-        self, n_pos: int, n_neg: int, mean_sq_norm: float, sparse: bool
+        self, n_pos: int, n_neg: int, mean_sq_norm: float, density: float
     ) -> KernelConfig:
+        """The kernel's settings for these counts and rows: ``mean_sq_norm`` the mean
+        squared row norm, ``density`` the share of the features a row holds (as
+        :func:`row_density` measures it), which decides the intercept's step: the
+        rows' content, never their container, so dense rows from shards or a CSR
+        matrix train as the same rows in a dense array do."""
         mode = self._mode()
         gamma0 = (
             (0.1 / max(mean_sq_norm, 1e-12))
@@ -160,6 +178,13 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         else:
             eta = float(self.eta)
         self.eta_ = eta
+        self.intercept_rate_ = (
+            0.0
+            if not self.fit_intercept
+            else SPARSE_INTERCEPT_RATE
+            if density < DENSE_ROWS
+            else 1.0
+        )
         return KernelConfig(
             mode=mode,
             w_pos=w_pos,
@@ -170,7 +195,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
             target=self._target(),
             eta=eta,
             loss=loss_code(self.loss),
-            intercept_rate=(0.0 if not self.fit_intercept else 0.01 if sparse else 1.0),
+            intercept_rate=self.intercept_rate_,
         )
 
     # ---------------------------------------------------------------- fit
@@ -209,7 +234,7 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
                 "both classes need training rows after the calibration hold-out"
             )
         msq = K.sq_norm_sum(X.indptr, X.data) / X.shape[0]
-        cfg = self._resolve(n_pos, n_neg, msq, sparse=self._sparse_input)
+        cfg = self._resolve(n_pos, n_neg, msq, row_density(X.nnz, *X.shape))
         plan = self._plan(cfg, n_pos, n_neg, None, X.shape[1])
         sampler = InMemorySampler(X, y, cfg.mode, self._seed(), rows=train_rows,
                                   block=self.shuffle_block)  # fmt: skip
@@ -294,14 +319,17 @@ class _StochasticRateBase(RateClassifierMixin, BaseEstimator):
         n_pos = counts["pos"]
         n_neg = int(round(counts["neg"] * (1 - frac)))
         # mean squared row norm from the first row group of each class
-        sq, rows = 0.0, 0
+        # and the share of features a row holds, from the same rows
+        sq, rows, nnz = 0.0, 0, 0
         for cls in ("pos", "neg"):
             f = ds.files(self.split, cls)[0]
             for b in ds.iter_file(f, self.batch_rows, row_groups=[0]):
                 sq += K.sq_norm_sum(b.X.indptr, b.X.data)
                 rows += len(b)
+                nnz += b.X.nnz
                 break
-        cfg = self._resolve(n_pos, n_neg, sq / max(rows, 1), sparse=True)
+        density = row_density(nnz, rows, ds.n_features)
+        cfg = self._resolve(n_pos, n_neg, sq / max(rows, 1), density)
         seed = self._seed_int()
         holdout = (frac, seed) if frac > 0 else None
         st = self.initial_state(ds.n_features)
@@ -591,6 +619,11 @@ class NeymanPearsonSGD(_StochasticRateBase):
         constraint only), with ``rho``, ``delta``, ``n_calibration`` and ``text``.
     n_calibration_, threshold_shift_ : int, float
         The held-out negatives and the intercept's move (0 without calibration).
+    intercept_rate_ : float
+        The intercept's step relative to the weights': 1 on rows that hold at least
+        half the features (dense data, whether given as an array, a CSR matrix or
+        shards), 0.01 on sparser rows (as scikit-learn's SGD on sparse data), 0
+        without an intercept.
 
     Notes
     -----
