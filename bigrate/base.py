@@ -70,7 +70,7 @@ class RateClassifierMixin(ClassifierMixin):
     _sweep_select: str = "error_rate"
     _job_fit: str = "task"
     _job_data: str = "sparse"
-    _job_kinds: tuple = ("train", "sweep", "evaluate")
+    _job_kinds: tuple = ("train", "sweep", "crossfit", "evaluate")
 
     def rate_target(self) -> dict:
         """The rate this estimator promises, as keyword arguments of

@@ -171,7 +171,7 @@ def test_every_exported_estimator_is_a_job():
         assert cls._sweep_select in SELECT
         assert e.fit in ("rounds", "task", "search", "sweep")
         assert e.data in ("shards", "sparse", "dense")
-        assert set(e.kinds) <= {"train", "sweep", "evaluate"}
+        assert set(e.kinds) <= {"train", "sweep", "crossfit", "evaluate"}
         # what a job does with it follows from what the class can do
         assert (e.fit == "rounds") == hasattr(cls, "start_stream")
         assert (e.fit == "search") == hasattr(cls, "assemble")

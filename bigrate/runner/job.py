@@ -7,6 +7,8 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 
+import numpy as np
+
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines import ClusterLost
 from bigrate.engines import open_engine as _open
@@ -22,6 +24,7 @@ from bigrate.model_selection.sweep import (
     write_summary,
 )
 from bigrate.model_selection.sweep import run_sweep as _sweep
+from bigrate.progress import Progress
 from bigrate.rundir import RunDir
 from bigrate.runner import interrupt
 from bigrate.runner.evaluate import constraint_table, evaluate
@@ -378,6 +381,111 @@ def run_sweep(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
         )  # fmt: skip
 
 
+def run_crossfit(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
+    """Every row of ``spec.crossfit_splits`` scored by the model of the fold that did
+    not hold it (:mod:`bigrate.runner.crossfit`): one engine task a fold, each saved as
+    it finishes (a resumed run fits the missing folds only), then the pooled scores
+    into ``scores.parquet`` and their metrics into ``metrics.json``."""
+    from bigrate.runner import crossfit as cf
+
+    ds = spec.dataset()
+    splits = list(spec.crossfit_splits or ds.splits)
+    bad = [s for s in splits if s not in ds.splits]
+    if bad:
+        raise ValueError(
+            f"crossfit.splits: {bad} not in {ds.path} (has {list(ds.splits)})"
+        )
+    params = _seeded(spec)
+    est = job_estimator(spec, params)
+    target = est.rate_target()
+    t0 = time.perf_counter()
+    rows = cf.pooled_rows(ds, splits)
+    n = len(rows["y"])
+    folds = cf.crossfit_folds(rows["y"], rows["group"], spec.folds, spec.seed)
+    run.event("data_loaded", seconds=time.perf_counter() - t0, rows=n,
+              splits=splits, grouped=rows["group"] is not None)  # fmt: skip
+    f = np.full(n, np.nan)
+    fold_of = np.full(n, -1, np.int16)
+    done = run.results()
+    todo = []
+    for k, (_, te) in enumerate(folds):
+        got = cf.load_fold(run.path, k, n) if (0, k) in done else None
+        if got is not None and np.array_equal(np.sort(got[0]), np.sort(te)):
+            f[got[0]], fold_of[got[0]] = got[1], k
+        else:
+            todo.append(k)
+    run.event("crossfit_started", folds=spec.folds, rows=n, todo=todo,
+              scale=spec.scale, params=params)  # fmt: skip
+    with open_engine(spec, run, progress) as (eng, _):
+        events = _cluster_events(eng, run, progress)
+        if todo:
+            data = eng.put((rows["X"], rows["y"]))
+            args = [(est, data, eng.put(folds[k][0]), eng.put(folds[k][1]), spec.scale)
+                    for k in todo]  # fmt: skip
+            bar = Progress("crossfit", total=spec.folds, done=spec.folds - len(todo),
+                           enabled=progress)  # fmt: skip
+            for i, res in eng.map(cf.fit_fold_scores, args, what="the fold fits"):
+                k = todo[i]
+                if isinstance(res, Exception):
+                    run.event("task_failed", point=0, fold=k, error=str(res)[:500])
+                    raise RuntimeError(f"crossfit fold {k} failed: {res}") from res
+                te = folds[k][1]
+                _save_fold_model(run, res["model"], ds, k, res["scale"])
+                cf.save_fold(run.path, k, te, res["scores"])
+                rec = {key: res[key] for key in ("scale", "fit_seconds", "seconds",
+                                                 "pid", "host")}  # fmt: skip
+                rec.update(point=0, fold=k, status="ok", n_train=len(folds[k][0]),
+                           n_scored=len(te))  # fmt: skip
+                run.save_result(0, k, rec)
+                run.event("task_done", point=0, fold=k, seconds=res["seconds"])
+                f[te], fold_of[te] = res["scores"], k
+                bar.update(1, f"fold {k}: {res['seconds']:.1f}s")
+                events()
+                interrupt.check()
+            bar.close()
+        events(force=True)
+    cf.write_scores(run.path / "scores.parquet", rows, splits, f, fold_of)
+    pooled = cf.pooled_metrics(rows, splits, f, fold_of, target, spec.folds)
+    recs = run.results()
+    metrics = {
+        "evaluation": pooled["evaluation"],
+        "target": target,
+        "params": params,
+        "crossfit": {
+            "folds": spec.folds,
+            "splits": splits,
+            "rows": n,
+            "grouped": rows["group"] is not None,
+            "scale": spec.scale,
+            "seed": spec.seed,
+            "per_fold": [
+                {
+                    **pooled["per_fold"][k],
+                    "scale": recs[(0, k)]["scale"],
+                    "n_train": recs[(0, k)]["n_train"],
+                    "seconds": recs[(0, k)]["seconds"],
+                }
+                for k in range(spec.folds)
+            ],  # fmt: skip
+            **(
+                {"accepted_competed": pooled["accepted_competed"]}
+                if "accepted_competed" in pooled
+                else {}
+            ),
+        },
+        "fit_seconds": sum(recs[(0, k)]["seconds"] for k in range(spec.folds)),
+    }
+    run.write_json("metrics.json", metrics)
+    run.event("evaluated", evaluation=pooled["evaluation"])
+    return metrics
+
+
+def _save_fold_model(run: RunDir, est, ds: ShardedDataset, k: int, scale: float):
+    """Fold k's model into ``run/models/fold-K`` (a ``model_saved`` event)."""
+    save_trained(est, run.path / "models" / f"fold-{k}", ds)
+    run.event("model_saved", path=f"models/fold-{k}", fold=k, scale=scale)
+
+
 def run_evaluate(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
     model = TrainedModel(spec.model)
     est = model.estimator
@@ -448,6 +556,8 @@ def execute(spec: JobSpec, run: RunDir, progress: bool = True) -> dict:
             out = run_train(spec, run, progress)
         elif spec.kind == "sweep":
             out = run_sweep(spec, run, progress)
+        elif spec.kind == "crossfit":
+            out = run_crossfit(spec, run, progress)
         else:
             out = run_evaluate(spec, run, progress)
     except KeyboardInterrupt:

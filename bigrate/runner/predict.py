@@ -22,6 +22,14 @@ def predict(run_or_model, data, out, splits=None, batch_rows: int = 65_536) -> i
     temporary name and renamed into place."""
     p = Path(run_or_model)
     model_dir = p / "model" if (p / "model" / "model.json").exists() else p
+    if not (model_dir / "model.json").exists() and (p / "models").is_dir():
+        folds = sorted(x.name for x in (p / "models").iterdir() if x.is_dir())
+        raise FileNotFoundError(
+            f"{p} is a crossfit run: it has no one model, but the score of every row "
+            f"of its data in {p / 'scores.parquet'} and a model per fold in "
+            f"{p / 'models'} ({', '.join(folds)}); to score other data, name one: "
+            f"bigrate predict {p / 'models' / (folds[0] if folds else 'fold-0')} DATA"
+        )
     model = TrainedModel(model_dir)
     ds = ShardedDataset(data)
     score = model.scorer(ds)  # rows mapped to the model's standardisation if needed

@@ -5,7 +5,7 @@ with its key path (``model.params.rho: must be in (0, 1), got 1.5``), and raises
 together as a :class:`JobSpecError`.
 
     [job]
-    kind = "train"                 # train | sweep | evaluate
+    kind = "train"                 # train | sweep | crossfit | evaluate
     name = "a9a-np"
     [data]
     path = "data/a9a"              # shard directory or fsspec URL (relative paths: to the
@@ -49,6 +49,14 @@ together as a :class:`JobSpecError`.
                                    # many seconds (guided; 0 turns batching off)
     warm_start = false             # true: points differing only in C run as one task
                                    # per fold, each fit warm-started from the previous
+    [crossfit]                     # kind = "crossfit" only: every row scored by the
+                                   # model of the fold that did not hold it
+    folds = 3                      # folds of the pooled rows (grouped folds where the
+                                   # dataset has a group column, e.g. spectra)
+    splits = ["train", "val", "test"]  # the splits pooled (default: all of them)
+    scale = "negatives"            # each fold's scores divided by the spread of its
+                                   # model's scores on its training negatives, or "none"
+    seed = 0                       # the folds' shuffle
     [evaluate]                     # kind = "evaluate" only
     model = "runs/a9a-np-.../model"
     splits = ["test"]
@@ -70,7 +78,7 @@ from bigrate.engines import ENGINES
 from bigrate.metrics import SELECT
 from bigrate.runner.registry import ESTIMATORS, estimator_class
 
-KINDS = ("train", "sweep", "evaluate")
+KINDS = ("train", "sweep", "crossfit", "evaluate")
 #: where the SGD learners' rounds combine the workers' models (fit_distributed's merge)
 MERGES = ("auto", "direct", "workers", "driver")
 
@@ -99,6 +107,7 @@ _SCHEMA = {
         "cost_fn": (int, float),
         "cost_fp": (int, float),
     },
+    "crossfit": {"folds": int, "splits": list, "scale": str, "seed": int},
     "evaluate": {"model": str, "splits": list},
     "output": {
         "dir": str,
@@ -152,6 +161,9 @@ class JobSpec:
     warm_start: bool = False
     cost_fn: float = 1.0
     cost_fp: float = 1.0
+    folds: int = 3  # crossfit
+    crossfit_splits: list | None = None  # crossfit: None = every split
+    scale: str = "negatives"  # crossfit
     model: str | None = None
     splits: list = field(default_factory=lambda: ["test"])
     output: str = "runs"
@@ -351,12 +363,13 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         }
 
     job, data, model = table("job"), table("data"), table("model")
-    engine, sweep, evaluate, output, path_sel = (
+    engine, sweep, evaluate, output, path_sel, crossfit = (
         table("engine"),
         table("sweep"),
         table("evaluate"),
         table("output"),
         table("path"),
+        table("crossfit"),
     )
     base = Path.cwd()  # relative paths in a job file are relative to where it is run
 
@@ -412,8 +425,8 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
             problems.append(
                 f"model.params.{k}: set by the job ([engine], [output]), not here"
             )
-    elif kind in ("train", "sweep"):
-        problems.append("model.estimator: required for a train or sweep job")
+    elif kind in ("train", "sweep", "crossfit"):
+        problems.append(f"model.estimator: required for a {kind} job")
     constraints = model.get("constraints", [])
     objective = model.get("objective")
     if (constraints or objective is not None) and est != "RateConstrainedClassifier":
@@ -550,6 +563,33 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
             f"sweep: only a sweep job takes a [sweep] table (job.kind is {kind!r})"
         )
 
+    folds = crossfit.get("folds", 3)
+    cf_splits = crossfit.get("splits")
+    scale = crossfit.get("scale", "negatives")
+    if kind == "crossfit":
+        from bigrate.runner.crossfit import SCALES
+
+        if folds < 2:
+            problems.append(f"crossfit.folds: must be >= 2, got {folds}")
+        if cf_splits is not None and (
+            not cf_splits or not all(isinstance(x, str) for x in cf_splits)
+        ):
+            problems.append(
+                f"crossfit.splits: must be a non-empty array of split names, got "
+                f"{cf_splits!r}"
+            )
+        if scale not in SCALES:
+            problems.append(
+                f"crossfit.scale: one of {', '.join(map(repr, SCALES))}, got {scale!r}"
+            )
+        if path_sel:
+            problems.append("path: a crossfit job takes no [path] table")
+    elif crossfit:
+        problems.append(
+            f"crossfit: only a crossfit job takes a [crossfit] table (job.kind is "
+            f"{kind!r})"
+        )
+
     model_dir = evaluate.get("model")
     splits = evaluate.get("splits", ["test"])
     if kind == "evaluate":
@@ -601,11 +641,14 @@ def validate(raw: dict, path, overrides: dict, what: str = "the job file") -> Jo
         grid=grid,
         cv=cv,
         select=select or "J_val",
-        seed=sweep.get("seed", 0),
+        seed=crossfit.get("seed", 0) if kind == "crossfit" else sweep.get("seed", 0),
         batch_seconds=float(sweep.get("batch_seconds", BATCH_SECONDS)),
         warm_start=bool(sweep.get("warm_start", False)),
         cost_fn=float(sweep.get("cost_fn", 1.0)),
         cost_fp=float(sweep.get("cost_fp", 1.0)),
+        folds=folds,
+        crossfit_splits=list(cf_splits) if cf_splits else None,
+        scale=scale,
         model=model_dir,
         splits=list(splits),
         output=out,

@@ -115,6 +115,21 @@ def format_metrics(metrics: dict) -> str:
             f"quantile path: tau = {t['tau_chosen']:.4g} chosen on the {t['split']} "
             f"split ({t['by']}, rho {t['rho']:g})"
         )
+    cf = metrics.get("crossfit")
+    if cf:
+        lines.append(
+            f"crossfit: {cf['folds']} folds over {', '.join(cf['splits'])} "
+            f"({cf['rows']:,} rows{', grouped' if cf['grouped'] else ''}; scale "
+            f"{cf['scale']}): each row scored by the fold model that did not see it, "
+            "in scores.parquet"
+        )
+        acc = cf.get("accepted_competed")
+        if acc:
+            among = "the best row of each group" if acc["competed"] else "all rows"
+            lines.append(
+                f"crossfit: {acc['accepted']:,} positives accepted at q = {acc['q']:g} "
+                f"((negatives + 1) / positives, among {among})"
+            )
     sw = metrics.get("sweep")
     if sw:
         if any("rank" in r for r in sw["points"]):
@@ -154,6 +169,9 @@ def status_text(path) -> str:
             f"sweep    {len(res)}/{n_points * n_folds} tasks done "
             f"({n_points} points x {n_folds} folds), {failed} failed"
         )
+    if job["kind"] == "crossfit":
+        res = run.results()
+        lines.append(f"crossfit {len(res)}/{job['folds']} folds done")
     if events:
         lines.append(
             f"events   {len(events)}, last: {events[-1]['event']} at "

@@ -32,6 +32,7 @@ TARGETS = {
     "evaluate": ("bigrate.runner.evaluate", "score_file"),
     "driver-evaluate": ("bigrate.runner.evaluate", "evaluate"),
     "bpsp-save": ("bigrate.runner.fit", "_save_task"),
+    "crossfit-save": ("bigrate.runner.crossfit", "save_fold"),
 }
 
 

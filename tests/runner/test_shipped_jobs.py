@@ -26,7 +26,7 @@ def test_every_estimator_family_has_a_shipped_job():
     runnable = {n for n, e in ESTIMATORS.items() if e.fit != "sweep"}
     assert runnable <= named, runnable - named
     kinds = {(_raw(p)["job"]["kind"]) for p in JOBS}
-    assert kinds == {"train", "sweep", "evaluate"}
+    assert kinds == {"train", "sweep", "crossfit", "evaluate"}
 
 
 @pytest.fixture(scope="module")

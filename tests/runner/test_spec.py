@@ -88,7 +88,7 @@ def test_a_good_job_resolves(tmp_path, data_dir):
         estimator = "SVM"
         """,
             [
-                "job.kind: must be one of train, sweep, evaluate, got 'fit'",
+                "job.kind: must be one of train, sweep, crossfit, evaluate, got 'fit'",
                 "job.name: must be a plain name",
                 "data.path: no dataset at",
                 "model.estimator: unknown estimator 'SVM'",
