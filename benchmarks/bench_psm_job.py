@@ -18,6 +18,12 @@ The job's stability instead (issue 48, item 4): for seeds 0..N-1 a new stratifie
 (``prep recipe --seed``) and the job run with ``random_state`` = seed, beside logistic
 regression (standardised features, C chosen on val) on the same split; prints each
 seed, the mean and the spread, and saves ``psm_job_seeds.json``.
+
+    python benchmarks/bench_psm_job.py --seeds 5 --crossfit
+
+The whole file rescored as mokapot does: ``jobs/psm_rescore.toml`` (a crossfit job,
+every PSM scored by the model of the folds that did not hold it) over seeds 0..N-1,
+beside logistic regression on the same folds; saves ``psm_crossfit_seeds.json``.
 """
 
 from __future__ import annotations
@@ -136,13 +142,98 @@ def seeds(n: int, q: float, out: Path) -> None:
     print(f"saved {out / 'psm_job_seeds.json'}")
 
 
+def run_crossfit_job(work: Path, data: Path, seed: int) -> dict:
+    """``jobs/psm_rescore.toml`` as shipped on ``data``, its folds and the SGD seeded
+    by ``seed`` (the real `bigrate run`); its metrics.json."""
+    job = (REPO / "jobs/psm_rescore.toml").read_text()
+    job = job.replace('path = "data/psm"', f'path = "{data}"')
+    old = "params = { q = 0.01, epochs = 20 }"
+    assert old in job and "folds = 3" in job, "the shipped job's lines changed"
+    job = job.replace(old, old[:-2] + f", random_state = {seed} }}")
+    job = job.replace("folds = 3", f"folds = 3\nseed = {seed}")
+    spec = work / f"rescore-{seed}.toml"
+    spec.write_text(job)
+    out = cli("run", spec, cwd=work)
+    run_dir = Path(re.findall(r"run directory:? (\S+)", out)[-1])
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def crossfit(n: int, q: float, out: Path) -> None:
+    """The whole file rescored as mokapot does (issue 48, item 4): for seeds 0..N-1,
+    ``jobs/psm_rescore.toml`` (3 folds, each PSM scored by the model of the other two)
+    beside logistic regression (scikit-learn, C = 1, as mokapot's default model is a
+    linear SVM without a search here) fitted on the same folds, its scores put on one
+    scale the same way (divided by the spread of its scores on the fold's training
+    decoys) and, as the other common way, by z-scores of the scored fold's decoys.
+    Targets accepted at q over all 10,000 PSMs (targets with q-value <= q, decoys /
+    targets)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from bigrate.data import ShardedDataset
+    from bigrate.metrics import positives_at_q
+    from bigrate.runner.crossfit import crossfit_folds, pooled_rows
+
+    work = Path(tempfile.mkdtemp(prefix="psmcf-"))
+    data = work / "psm"
+    cli("prep", "recipe", "psm_pin_mokapot_10k", "--out", data, "--quiet", cwd=work)
+    ds = ShardedDataset(data)
+    rows = pooled_rows(ds, list(ds.splits))
+    X, y = rows["X"].toarray(), rows["y"]
+    out_rows = []
+    for seed in range(n):
+        m = run_crossfit_job(work, data, seed)
+        f_sd, f_z = np.empty(len(y)), np.empty(len(y))
+        for tr, te in crossfit_folds(y, None, 3, seed):  # the job's folds
+            lr = LogisticRegression(max_iter=2000).fit(X[tr], y[tr])
+            s = lr.decision_function(X[te])
+            f_sd[te] = s / np.std(lr.decision_function(X[tr][y[tr] < 0]))
+            d = s[y[te] < 0]
+            f_z[te] = (s - d.mean()) / d.std()
+        r = {
+            "seed": seed,
+            "job": m["evaluation"]["all"]["accepted"],
+            "job_fit_seconds": m["fit_seconds"],
+            "logistic_regression": positives_at_q(y, f_sd, q),
+            "logistic_regression_decoy_z": positives_at_q(y, f_z, q),
+        }
+        out_rows.append(r)
+        print(f"  seed {seed}: job {r['job']}, logistic regression "
+              f"{r['logistic_regression']} (decoy z-scores "
+              f"{r['logistic_regression_decoy_z']})", flush=True)  # fmt: skip
+
+    def summary(v):
+        v = np.asarray(v, dtype=float)
+        return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)),
+                "min": int(v.min()), "max": int(v.max())}  # fmt: skip
+
+    res = {
+        "q": q,
+        "psms": int(len(y)),
+        "targets": int((y > 0).sum()),
+        "seeds": out_rows,
+    }
+    for k in ("job", "logistic_regression", "logistic_regression_decoy_z"):
+        res[k] = summary([r[k] for r in out_rows])
+        v = res[k]
+        print(f"{k:>30}: mean {v['mean']:.1f}, sd {v['sd']:.1f}, "
+              f"range {v['min']}-{v['max']}")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "psm_crossfit_seeds.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(f"saved {out / 'psm_crossfit_seeds.json'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--q", type=float, default=0.01)
     ap.add_argument("--seeds", type=int, default=0,
                     help="run the stability study over this many seeds instead")  # fmt: skip
+    ap.add_argument("--crossfit", action="store_true",
+                    help="with --seeds: the cross-fit job over the whole file")  # fmt: skip
     a = ap.parse_args()
+    if a.seeds and a.crossfit:
+        return crossfit(a.seeds, a.q, Path(a.out))
     if a.seeds:
         return seeds(a.seeds, a.q, Path(a.out))
 
