@@ -93,8 +93,16 @@ def logistic_regression(S: dict, q: float) -> dict:
     }
 
 
-def seeds(n: int, q: float, out: Path) -> None:
+def summary(v) -> dict:
+    """Mean, spread (sd, ddof 1) and range of counts over seeds."""
     import numpy as np
+
+    v = np.asarray(v, dtype=float)
+    return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)),
+            "min": int(v.min()), "max": int(v.max())}  # fmt: skip
+
+
+def seeds(n: int, q: float, out: Path) -> None:
 
     from bigrate.data import ShardedDataset
 
@@ -112,11 +120,6 @@ def seeds(n: int, q: float, out: Path) -> None:
                      "test_targets": int((S["test"].y > 0).sum())})  # fmt: skip
         print(f"  seed {seed}: job {job['test']}, logistic regression "
               f"{lr['test']} (C={lr['C']:g}; {lr['test_default_C']} at C = 1)", flush=True)  # fmt: skip
-
-    def summary(v):
-        v = np.asarray(v, dtype=float)
-        return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)),
-                "min": int(v.min()), "max": int(v.max())}  # fmt: skip
 
     res = {
         "q": q,
@@ -201,11 +204,6 @@ def crossfit(n: int, q: float, out: Path) -> None:
         print(f"  seed {seed}: job {r['job']}, logistic regression "
               f"{r['logistic_regression']} (decoy z-scores "
               f"{r['logistic_regression_decoy_z']})", flush=True)  # fmt: skip
-
-    def summary(v):
-        v = np.asarray(v, dtype=float)
-        return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)),
-                "min": int(v.min()), "max": int(v.max())}  # fmt: skip
 
     res = {
         "q": q,
