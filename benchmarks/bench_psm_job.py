@@ -102,6 +102,17 @@ def summary(v) -> dict:
             "min": int(v.min()), "max": int(v.max())}  # fmt: skip
 
 
+def report(res: dict, keys, path: Path) -> None:
+    """Print the summaries ``res[k]`` of ``keys`` and save ``res`` as ``path``."""
+    for k in keys:
+        m = res[k]
+        print(f"{k:>30}: mean {m['mean']:.1f}, sd {m['sd']:.1f}, "
+              f"range {m['min']}-{m['max']}")  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"saved {path}")
+
+
 def seeds(n: int, q: float, out: Path) -> None:
 
     from bigrate.data import ShardedDataset
@@ -135,14 +146,9 @@ def seeds(n: int, q: float, out: Path) -> None:
             [r["job"] - r["logistic_regression"]["test"] for r in rows]
         ),
     }
-    for k in ("job", "logistic_regression", "logistic_regression_default_C",
-              "job_minus_lr"):  # fmt: skip
-        m = res[k]
-        print(f"{k:>30}: mean {m['mean']:.1f}, sd {m['sd']:.1f}, "
-              f"range {m['min']}-{m['max']}")  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "psm_job_seeds.json").write_text(json.dumps(res, indent=2) + "\n")
-    print(f"saved {out / 'psm_job_seeds.json'}")
+    keys = ("job", "logistic_regression", "logistic_regression_default_C",
+            "job_minus_lr")  # fmt: skip
+    report(res, keys, out / "psm_job_seeds.json")
 
 
 def run_crossfit_job(work: Path, data: Path, seed: int) -> dict:
@@ -211,14 +217,10 @@ def crossfit(n: int, q: float, out: Path) -> None:
         "targets": int((y > 0).sum()),
         "seeds": out_rows,
     }
-    for k in ("job", "logistic_regression", "logistic_regression_decoy_z"):
+    keys = ("job", "logistic_regression", "logistic_regression_decoy_z")
+    for k in keys:
         res[k] = summary([r[k] for r in out_rows])
-        v = res[k]
-        print(f"{k:>30}: mean {v['mean']:.1f}, sd {v['sd']:.1f}, "
-              f"range {v['min']}-{v['max']}")  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "psm_crossfit_seeds.json").write_text(json.dumps(res, indent=2) + "\n")
-    print(f"saved {out / 'psm_crossfit_seeds.json'}")
+    report(res, keys, out / "psm_crossfit_seeds.json")
 
 
 def main() -> None:
