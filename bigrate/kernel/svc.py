@@ -44,6 +44,7 @@ from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
 from bigrate.metrics import (
     auto_calibration_fraction,
+    calibrated_pfa,
     np_quantile_threshold,
     np_threshold,
     np_umbrella_order,
@@ -265,6 +266,13 @@ class NeymanPearsonSVC(_KernelSVCBase):
         With ``calibrate``: the number of held-out negatives.
     calibration_rows_ : ndarray of int
         With ``calibrate``: the rows of X held out (not trained on).
+    training_rho_ : float
+        The training false-alarm rate the fit aimed at: rho without ``calibrate``;
+        with it, the mean false-alarm rate on new data of the threshold the held-out
+        negatives will set (:func:`bigrate.metrics.calibrated_pfa`: 1/60 for 59 of
+        them at rho 0.05), known from their number alone, so that the model is
+        trained for the operating point it will have (held-out Pnd on the breast
+        cancer sets 0.19 -> 0.06 at rho 0.1, BENCHMARKS).
     guarantee_ : dict
         What this fit promises on new data: ``kind`` "umbrella" (P(Pfa > rho) <=
         delta), "expected" (Pfa <= rho on average), "none" (too few held-out
@@ -377,7 +385,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
 
     def _in_band(self, pfa: float) -> bool:
         """|Pfa - rho| <= epsilon, up to the rounding of rho +- epsilon."""
-        return abs(pfa - self.rho) <= self.epsilon + 1e-12
+        return abs(pfa - self.training_rho_) <= self.epsilon + 1e-12
 
     def _dc_objective(self, f, y, C):
         """The ramp-loss objective 1/2 ||f||^2 + sum C_i ramp(y_i f_i) at the iterate."""
@@ -398,6 +406,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         calibrate = self.calibrate
         if calibrate == "auto" and (m < 1 or m >= len(neg)):
             calibrate = None  # too few negatives to hold any out: said below
+        self.training_rho_ = float(self.rho)
         if calibrate is None:
             self._fit_np(X, yy)
             self.guarantee_ = {
@@ -418,6 +427,11 @@ class NeymanPearsonSVC(_KernelSVCBase):
                 np_umbrella_order(m, self.rho, self.delta)
             elif calibrate == "quantile":
                 np_quantile_threshold(np.zeros(m), self.rho)
+            # trained for the false-alarm rate the calibrated threshold will have on
+            # average (known from m alone, so the guarantee is the same): at rho, the
+            # ramp loss gives up on the hardest rho of the negatives, exactly those a
+            # threshold well under rho must rank low
+            self.training_rho_ = calibrated_pfa(m, self.rho, self.delta, calibrate)
             # the same rows every fit unless random_state says otherwise (a warm start
             # along C refits on the same rows)
             seed = 0 if self.random_state is None else self.random_state
@@ -473,7 +487,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
         f = np.zeros_like(yy)
         b = 0.0
         search = (
-            _MultiplierSearch(self.rho, self.epsilon)
+            _MultiplierSearch(self.training_rho_, self.epsilon)
             if self.multiplier_update == "bracket"
             else None
         )
@@ -548,7 +562,7 @@ class NeymanPearsonSVC(_KernelSVCBase):
                 # Pfa jumps across the band: settled on its feasible side (converged);
                 # no multiplier brings Pfa near rho: stop (not converged); the
                 # feasible end turned infeasible (the DC iterates moved): search on
-                done = pfa <= self.rho + self.epsilon
+                done = pfa <= self.training_rho_ + self.epsilon
                 if not done and search.exhausted:
                     break
                 search.reopen()
@@ -556,13 +570,14 @@ class NeymanPearsonSVC(_KernelSVCBase):
                 converged = True
                 break
             if search is None:  # the paper's rule
-                lam = max(lam * (1.0 + self.nu * (pfa - self.rho)), 1e-12)
+                lam = max(lam * (1.0 + self.nu * (pfa - self.training_rho_)), 1e-12)
             else:
                 lam = search.next(lam, pfa, settled=changed == 0)
         if not converged:
             warnings.warn(
                 f"NeymanPearsonSVC did not converge in max_iter={self.max_iter} iterations: "
-                f"training Pfa {pfa:.4f} vs rho={self.rho}; raise max_iter or nu",
+                f"training Pfa {pfa:.4f} vs {self.training_rho_:.4g} (rho={self.rho}, "
+                "see training_rho_); raise max_iter or nu",
                 BigrateWarning,
                 stacklevel=2,
             )

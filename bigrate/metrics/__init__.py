@@ -21,6 +21,7 @@ __all__ = [
     "Confusion",
     "auto_calibration_fraction",
     "best_per_group",
+    "calibrated_pfa",
     "evaluate_stream",
     "j_val",
     "np_umbrella_order",
@@ -237,6 +238,32 @@ def np_quantile_threshold(neg_scores, rho: float, *, expected: bool = True) -> f
     else:
         k = int(math.floor(rho * m + 1e-9))  # false alarms allowed
     return float(s[k]) if k < m else float(-np.inf)
+
+
+def calibrated_pfa(m: int, rho: float, delta: float = 0.05,
+                   rule: str = "auto") -> float:  # fmt: skip
+    """The mean false-alarm rate on new data of the threshold a calibration on ``m``
+    held-out negatives will set, known before any of them is scored: for continuous
+    scores the j-th largest of m held-out scores lets through a share of new negatives
+    distributed Beta(j, m + 1 - j), of mean j / (m + 1).
+
+    ``rule`` "umbrella" (or "auto" where m is enough for it): the umbrella order
+    statistic, k-th smallest (:func:`np_umbrella_order`), so (m + 1 - k) / (m + 1),
+    well under rho when m is small (1 / 60 at m = 59, rho 0.05); "quantile" (or "auto"
+    with fewer): the order statistic of :func:`np_quantile_threshold`, about rho;
+    "auto" with too few for that (no threshold is set): rho.
+    An NP learner trained for this rate instead of rho is trained for the operating
+    point its calibrated threshold will have."""
+    need = umbrella_need(rho, delta)
+    if rule == "umbrella" or (rule == "auto" and m >= need):
+        k = np_umbrella_order(m, rho, delta)
+        return (m + 1 - k) / (m + 1)
+    if rule not in ("auto", "quantile"):
+        raise ValueError(f"rule must be 'auto', 'umbrella' or 'quantile', got {rule!r}")
+    j = int(math.floor(rho * (m + 1) + 1e-9))  # the j-th largest score
+    if j < 1 and rule == "auto":  # too few for any threshold: the training one stays
+        return float(rho)
+    return min(max(j, 1), m) / (m + 1)
 
 
 def auto_calibration_fraction(

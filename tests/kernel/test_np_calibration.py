@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bigrate import NeymanPearsonSVC, load_model
-from bigrate.metrics import np_quantile_threshold, np_umbrella_order
+from bigrate.metrics import calibrated_pfa, np_quantile_threshold, np_umbrella_order
 
 
 def _data(n=240, seed=0):
@@ -61,6 +61,9 @@ def test_calibrated_model_is_the_np_svm_of_the_rest_with_a_moved_threshold(
     held = cal.calibration_rows_
     assert (y[held] < 0).all() and len(held) == cal.n_calibration_ == 60
     rest = np.setdiff1d(np.arange(len(y)), held)
+    # trained for the mean false-alarm rate of the threshold 60 held-out negatives give
+    assert cal.training_rho_ == calibrated_pfa(60, 0.1, 0.05, how) < 0.1
+    kw["rho"] = cal.training_rho_
     plain = NeymanPearsonSVC(calibrate=None, **kw).fit(X[rest], y[rest])
     np.testing.assert_allclose(cal.dual_coef_, plain.dual_coef_)
     np.testing.assert_array_equal(cal.support_, rest[plain.support_])
