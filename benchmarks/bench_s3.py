@@ -3,6 +3,7 @@ disk, measured in one run on moto's S3 server on 127.0.0.1 (a real HTTP endpoint
 
     python benchmarks/bench_s3.py open  [--files 10000] [--rows-per-file 8]
     python benchmarks/bench_s3.py epoch [--rows 400000] [--latency-ms 20] [--vw-python PY]
+        [--read-ahead 4,2,0] [--workers 1,2]
 
 Writes a dataset of ``--files`` part files (tiny ones: the cost measured is per file,
 not per byte) to the server with bigrate's writer (parts uploaded as they close, the
@@ -13,9 +14,9 @@ does before starting on object storage) and the time until the first batch of ro
 arrives from a streaming pass. Prints a table and writes benchmarks/out/s3.json.
 
 ``epoch``: one epoch of NeymanPearsonSGD streamed from RCV1-shaped synthetic shards on
-local disk, from the S3 server, and from the S3 server behind a TCP proxy that holds
-every request ``--latency-ms`` before passing it on (a store across a network), on 1
-worker (in process) and on 2 Dask workers (LocalCluster, 127.0.0.1), each with the
+local disk, from the S3 server, and from the S3 server behind a TCP proxy (a process
+of its own) that holds every request ``--latency-ms`` before passing it on (a store
+across a network), on 1 worker (in process) and on 2 Dask workers (LocalCluster, 127.0.0.1), each with the
 row-group read-ahead on and off; the requests of each S3 epoch from the server's log
 and its bytes from the proxy (every reply of the S3 + latency fits passes through it).
 With ``--vw-python``, Vowpal Wabbit (run by that interpreter) reads its own cache of
@@ -114,15 +115,16 @@ def measure_fresh(url: str, server=None) -> dict:
 
 class LatencyProxy:
     """127.0.0.1:port -> target, holding each piece a client sends (a request: they are
-    small) ``latency`` seconds before passing it on; replies pass straight back."""
+    small) ``latency`` seconds before passing it on; replies pass straight back, their
+    bytes counted in ``counter`` (a multiprocessing.Value: the proxy runs in a process
+    of its own, see :class:`ProxyProcess`)."""
 
-    def __init__(self, target_port: int, latency: float):
+    def __init__(self, target_port: int, latency: float, counter):
         import socket
         import threading
 
         self.latency, self.target = latency, target_port
-        self.bytes_down = 0  # reply bytes passed back to clients (the data read)
-        self._count = threading.Lock()
+        self.counter = counter  # reply bytes passed back to clients (the data read)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -139,8 +141,8 @@ class LatencyProxy:
                 if delay:
                     time.sleep(delay)
                 else:
-                    with self._count:
-                        self.bytes_down += len(data)
+                    with self.counter.get_lock():
+                        self.counter.value += len(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -167,6 +169,45 @@ class LatencyProxy:
     def close(self) -> None:
         self._stop = True
         self.sock.close()
+
+
+def _serve_proxy(target_port: int, latency: float, counter, ports, stop) -> None:
+    proxy = LatencyProxy(target_port, latency, counter)
+    ports.put(proxy.port)
+    stop.wait()
+    proxy.close()
+
+
+class ProxyProcess:
+    """A :class:`LatencyProxy` in a process of its own, as the network between a
+    worker and a store is: its threads (a recv and a send per 64 KiB of the replies)
+    take no turn at the learner's interpreter lock in the in-process fits. Stopped
+    by its own PID."""
+
+    def __init__(self, target_port: int, latency: float):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._bytes = ctx.Value("q", 0)
+        ports, self._stop = ctx.Queue(), ctx.Event()
+        self.proc = ctx.Process(
+            target=_serve_proxy,
+            args=(target_port, latency, self._bytes, ports, self._stop),
+            daemon=True,
+        )
+        self.proc.start()
+        self.port = ports.get(timeout=60)
+
+    @property
+    def bytes_down(self) -> int:
+        return self._bytes.value
+
+    def close(self) -> None:
+        self._stop.set()
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(10)
 
 
 def _epoch(url: str, workers: int, warm: str, repeat: int) -> float:
@@ -259,7 +300,7 @@ def epoch_main(a) -> None:
     work = Path(tempfile.mkdtemp(prefix="bgr-s3e-"))
     server = start_s3_server(work / "requests.log")
     port = int(server.endpoint.rsplit(":", 1)[1])
-    proxy = LatencyProxy(port, a.latency_ms / 1000.0)
+    proxy = ProxyProcess(port, a.latency_ms / 1000.0)
     rows = []
     try:
         os.environ.update(server.env())
@@ -279,12 +320,12 @@ def epoch_main(a) -> None:
             / 2**20
         )
         slow = f"http://127.0.0.1:{proxy.port}"
-        for workers in (1, 2):
-            for ahead in (2, 0):
+        for workers in (int(v) for v in a.workers.split(",")):
+            for ahead in (int(v) for v in a.read_ahead.split(",")):
                 r = {"workers": workers, "read_ahead": ahead}
-                from bigrate.linear import sampler
+                from bigrate.data import reader
 
-                sampler.READ_AHEAD = ahead  # here, and in workers started from now
+                reader.READ_AHEAD = ahead  # here, and in workers started from now
                 os.environ["BIGRATE_READ_AHEAD"] = str(ahead)
                 r["local_s"] = _epoch(local, workers, warm, a.repeat)
                 fits = a.repeat + (workers == 1)  # fits that read s3://bench/syn
@@ -346,6 +387,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--features", type=int, default=47_236)
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--read-ahead", default="4,2,0",
+                    help="epoch: the row-group read-ahead depths to run")  # fmt: skip
+    ap.add_argument("--workers", default="1,2", help="epoch: the worker counts")
     ap.add_argument(
         "--repeat", type=int, default=3, help="epoch: timed fits, least kept"
     )

@@ -139,15 +139,26 @@ _FOOTER_LOCK = threading.Lock()
 _POOL = None
 
 
+# row groups a stream keeps being fetched ahead of the one it reads, on object storage
+# (bigrate.linear.sampler reads it at each refill; the environment sets it for workers).
+# A fetch waits a request's latency plus its transfer while the steps take ~20 ms a row
+# group of a cheap epoch: 2 ahead left part of a 20 ms latency showing (BENCHMARKS)
+READ_AHEAD = int(os.environ.get("BIGRATE_READ_AHEAD", "4"))
+
+
 def _fetch_pool():
-    """This process's threads that fetch row groups ahead (made on first use, so a
-    forked or spawned worker makes its own)."""
+    """This process's threads that fetch row groups ahead: enough for two class
+    streams' read-ahead (made on first use, so a forked or spawned worker makes its
+    own; made again larger if READ_AHEAD grew)."""
     global _POOL
-    if _POOL is None or _POOL_PID != os.getpid():
+    threads = max(4, 2 * READ_AHEAD)
+    if _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < threads:
         from concurrent.futures import ThreadPoolExecutor
 
+        if _POOL is not None and _POOL_PID == os.getpid():
+            _POOL.shutdown(wait=False)  # its fetches finish; new ones go to the new
         globals()["_POOL_PID"] = os.getpid()
-        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bigrate-fetch")
+        _POOL = ThreadPoolExecutor(threads, thread_name_prefix="bigrate-fetch")
     return _POOL
 
 

@@ -24,12 +24,12 @@ they are visited or gathered; ``block = 1`` is a plain permutation).
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import scipy.sparse as sp
 
+from bigrate.data import reader
 from bigrate.data.format import RowBlock, RowSequence, gather
 
 
@@ -143,10 +143,6 @@ class InMemorySampler:
         order[is_pos] = self.pos.take(k)
         order[~is_pos] = self.neg.take(steps - k)
         return self.X, self.y, order
-
-
-# row groups fetched ahead of the one being read, per class stream, on object storage
-READ_AHEAD = int(os.environ.get("BIGRATE_READ_AHEAD", "2"))
 
 
 class RowGroupCache:
@@ -303,7 +299,7 @@ class _ShardClassStream:
         """Keep the next ``depth`` row groups of this pass that are not cached being
         fetched in the background (object storage: a request's latency overlaps the
         steps on the rows before it; on a local disk nothing is started)."""
-        depth = READ_AHEAD if depth is None else depth
+        depth = reader.READ_AHEAD if depth is None else depth
         if depth <= 0:
             return
         for shard, rg in self.queue[-depth:]:
