@@ -150,19 +150,20 @@ def _fetch_pool():
     """This process's threads that fetch row groups ahead: enough for two class
     streams' read-ahead (made on first use, so a forked or spawned worker makes its
     own; made again larger if READ_AHEAD grew)."""
-    global _POOL
+    global _POOL, _POOL_PID, _POOL_THREADS
     threads = max(4, 2 * READ_AHEAD)
-    if _POOL is None or _POOL_PID != os.getpid() or _POOL._max_workers < threads:
+    if _POOL is None or _POOL_PID != os.getpid() or _POOL_THREADS < threads:
         from concurrent.futures import ThreadPoolExecutor
 
         if _POOL is not None and _POOL_PID == os.getpid():
             _POOL.shutdown(wait=False)  # its fetches finish; new ones go to the new
-        globals()["_POOL_PID"] = os.getpid()
+        _POOL_PID, _POOL_THREADS = os.getpid(), threads
         _POOL = ThreadPoolExecutor(threads, thread_name_prefix="bigrate-fetch")
     return _POOL
 
 
 _POOL_PID = None
+_POOL_THREADS = 0
 
 
 def _row_groups(shard, n_groups: int, row_groups, full: str) -> list[int]:

@@ -44,8 +44,8 @@ def pooled_rows(ds: ShardedDataset, splits) -> dict:
     blocks = [ds.to_csr(s, with_group=ds.has_group) for s in splits]
     group = None
     if ds.has_group:
-        # a group is a spectrum within its split's rows: the same ScanNr in two
-        # splits is the same spectrum, so the group is the value, not (split, value)
+        # one group value in two splits is one group (the same spectrum): the
+        # group is the value alone, not (split, value)
         group = np.concatenate([np.asarray(b.group).astype(str) for b in blocks])
     return {
         "X": sp.vstack([b.X for b in blocks], format="csr"),
