@@ -1,7 +1,9 @@
 """`bigrate report`: PNG plots and one self-contained HTML page for a run directory.
 
 * ROC curve of the model on the test split (val, else train, when there is no test split)
-  with the NP operating point (threshold 0) and the rho line;
+  with the NP operating point (threshold 0) and the rho line; for a crossfit run, of the
+  cross-fitted scores of every row (and for a q-value learner the positives accepted at
+  each q-value);
 * Pfa, Pnd and the multiplier lambda per epoch;
 * for sweeps, the selection score over the grid (a heat map for two parameters, a line
   for one, a bar per point otherwise);
@@ -38,6 +40,12 @@ def plot_roc(
         ys.append(b.y)
         fs.append(score(b.X))
     y, f = np.concatenate(ys), np.concatenate(fs)
+    return plot_roc_of(y, f, target, f"ROC on the {split} split", path)
+
+
+def plot_roc_of(y, f, target: tuple[str, float] | None, title: str, path: Path) -> Path:
+    """The ROC curve of scores ``f`` on labels ``y`` (+1 / -1), the operating point
+    (f >= 0) marked and, for an NP target, the rho line."""
     fpr, tpr, _ = roc_points(y, f)
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     ax.plot(fpr, tpr, lw=1.6, label="ROC")
@@ -48,7 +56,26 @@ def plot_roc(
         ax.axvline(target[1], color="C2", ls="--", label=f"rho = {target[1]:g}")
     ax.set_xlabel("false-alarm rate (Pfa)")
     ax.set_ylabel("detection rate (1 - Pnd)")
-    ax.set_title(f"ROC on the {split} split")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    return save_png(fig, path)
+
+
+def plot_accepted(y, f, q: float, path: Path) -> Path:
+    """Positives (targets) accepted at every q-value up to 10% (and up to 2 q), from
+    the q-values of scores ``f`` on labels ``y``, with the target q marked."""
+    from bigrate.metrics import qvalues
+
+    qv = np.sort(qvalues(y, f)[np.asarray(y) > 0])
+    grid = np.linspace(0.0, max(0.1, 2 * q), 201)
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    ax.plot(grid, np.searchsorted(qv, grid, side="right"), lw=1.6)
+    at = int(np.searchsorted(qv, q, side="right"))
+    ax.axvline(q, color="C2", ls="--", label=f"q = {q:g}: {at:,} accepted")
+    ax.set_xlabel("q-value threshold")
+    ax.set_ylabel("positives (targets) accepted")
+    ax.set_title("Accepted at each q-value")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     return save_png(fig, path)
@@ -211,6 +238,31 @@ def make_report(run_path) -> Path:
         h = plot_history(getattr(est, "history_", []), target, out / "history.png")
         if h:
             pngs.append(("Training Pfa, Pnd and the multiplier lambda", h))
+    if metrics.get("crossfit") and (run.path / "scores.parquet").exists():
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(run.path / "scores.parquet", columns=["label", "score"])
+        target = next(iter(metrics.get("target", {}).items()), None)
+        pngs.append(
+            (
+                "ROC of every row, each scored by the fold model that did not see it",
+                plot_roc_of(
+                    t.column("label").to_numpy(), t.column("score").to_numpy(),
+                    target, "ROC of the cross-fitted scores (all rows)",
+                    out / "roc.png",
+                ),
+            )
+        )  # fmt: skip
+        if target and target[0] == "q":
+            pngs.append(
+                (
+                    "Targets accepted at each q-value, every row cross-fitted",
+                    plot_accepted(
+                        t.column("label").to_numpy(), t.column("score").to_numpy(),
+                        target[1], out / "accepted.png",
+                    ),
+                )
+            )  # fmt: skip
     if metrics.get("sweep"):
         s = plot_sweep(metrics["sweep"], out / "sweep.png")
         if s:

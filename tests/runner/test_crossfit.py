@@ -128,6 +128,12 @@ def test_every_row_is_scored_by_the_model_that_did_not_see_it(tmp_path, psm_like
     p = run_cli("predict", run, psm_like, "--out", tmp_path / "p.parquet")
     assert p.returncode == 2 and "is a crossfit run" in p.stderr
     assert "models/fold-0" in p.stderr
+    # the report plots the cross-fitted scores of every row
+    run_cli("report", run, check=True)
+    page = (run / "report" / "index.html").read_text()
+    assert "ROC of every row, each scored by the fold model" in page
+    assert "Targets accepted at each q-value" in page
+    assert page.count("data:image/png;base64,") == 2
     p = run_cli("predict", run / "models" / "fold-1", psm_like, "--out",
                 tmp_path / "p.parquet", check=True)  # fmt: skip
 
