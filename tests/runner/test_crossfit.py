@@ -6,6 +6,7 @@ metrics are those of the saved scores, a driver killed between folds resumes wit
 refitting a saved fold, and a Dask cluster gives the same bits as the local engine."""
 
 import json
+import warnings
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -236,3 +237,36 @@ def test_a_train_job_refuses_a_crossfit_table(tmp_path, psm_like):
     p = run_cli("run", job_file(tmp_path, body))
     assert p.returncode == 2
     assert "crossfit: only a crossfit job takes a [crossfit] table" in p.stderr
+
+
+def test_every_estimator_that_declares_crossfit_scores_a_fold():
+    """The fold task is the same for every learner whose class lists "crossfit" among
+    its job kinds: each fits on CSR rows and scores the others, finitely, its scale the
+    spread of its training negatives' scores."""
+    import scipy.sparse as sp
+    from sklearn.base import clone
+
+    from bigrate.runner.crossfit import fit_fold_scores
+    from bigrate.runner.registry import ESTIMATORS
+
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(300) < 0.6, 1, -1)
+    X = rng.standard_normal((300, 5))
+    X[:, 0] += y
+    X = sp.csr_matrix(X)
+    tr, te = np.arange(200), np.arange(200, 300)
+    names = [n for n, e in ESTIMATORS.items() if "crossfit" in e.kinds]
+    assert set(names) == {"NeymanPearsonSGD", "QValueSGD", "NeymanPearsonSVC",
+                          "CostSensitiveSVC", "AUMLinearClassifier"}  # fmt: skip
+    for name in names:
+        est = ESTIMATORS[name].load()()
+        if "random_state" in est.get_params():
+            est.set_params(random_state=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = fit_fold_scores(est, (X, y), tr, te, "negatives")
+            again = clone(est).fit(X[tr], y[tr])  # the training rows only
+        assert res["scores"].shape == (100,) and np.isfinite(res["scores"]).all()
+        raw = res["model"].decision_function(X[te])
+        np.testing.assert_allclose(res["scores"] * res["scale"], raw, rtol=1e-12)
+        np.testing.assert_allclose(again.decision_function(X[te]), raw, rtol=1e-12)
