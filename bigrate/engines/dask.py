@@ -233,7 +233,7 @@ class DaskEngine(Engine):
             raise ClusterLost(
                 f"the Dask scheduler at {self.where} was lost", self.address
             )
-        info = c.scheduler_info()
+        info = self._identity()
         if info.get("id") != self._scheduler_id:
             raise ClusterLost(
                 f"the Dask scheduler at {self.where} was restarted (the work it held "
@@ -242,13 +242,34 @@ class DaskEngine(Engine):
             )
         self._note_workers(len(info["workers"]))
 
+    def _identity(self) -> dict:
+        """The scheduler's identity (its id, its workers), asked for now. A scheduler
+        that does not answer within RECONNECT_SECONDS is lost: the client's own call
+        (``scheduler_info``) would go on connecting to a dead address for the whole
+        connect timeout (30 s) while the client has not yet seen the connection
+        close, a race a busy machine loses."""
+        import asyncio
+
+        c = self.client
+        if c.status != "running" or c.scheduler is None:
+            raise ClusterLost(
+                f"the Dask scheduler at {self.where} was lost", self.address
+            )
+        try:
+            return c.sync(asyncio.wait_for, c.scheduler.identity(n_workers=-1),
+                          RECONNECT_SECONDS)  # fmt: skip
+        except (TimeoutError, OSError):
+            raise ClusterLost(
+                f"the Dask scheduler at {self.where} stopped answering", self.address
+            ) from None
+
     def workers(self) -> list[str]:
-        return sorted(self.client.scheduler_info()["workers"])
+        return sorted(self._identity()["workers"])
 
     def _worker_ids(self) -> dict[str, str]:
         """Worker process id -> address (a worker restarted at the same address by its
         nanny is a new process with a new id)."""
-        info = self.client.scheduler_info()["workers"]
+        info = self._identity()["workers"]
         return {w.get("id", addr): addr for addr, w in info.items()}
 
     def poll_events(self) -> list[dict]:

@@ -343,3 +343,31 @@ def test_lost_dask_scheduler_says_how_to_resume(tmp_path, data):
     finally:
         for p in procs:
             stop_group(p)
+
+
+def test_a_killed_scheduler_is_found_lost_within_the_reconnect_window(tmp_path):
+    """check_cluster asks the scheduler afresh; a dead one is lost within
+    RECONNECT_SECONDS whether or not the client has seen its connection close yet.
+    (distributed's scheduler_info() would retry connecting to the dead address for the
+    client's whole connect timeout, 30 s, when it had not: a CI run once took 31 s.)"""
+    from bigrate.engines import ClusterLost
+    from bigrate.engines.dask import RECONNECT_SECONDS, DaskEngine
+
+    address, sched, workers = start_dask(tmp_path / "nofault", n_workers=1)
+    try:
+        eng = DaskEngine(address=address, timeout=30)
+        try:
+            eng.check_cluster()  # answers while it lives
+            os.killpg(sched.pid, signal.SIGKILL)
+            sched.wait(10)
+            t = time.monotonic()
+            with pytest.raises(ClusterLost, match="scheduler at"):
+                for _ in range(100):  # the first call may still find it, or not
+                    eng.check_cluster()
+                    eng.workers()
+            assert time.monotonic() - t < RECONNECT_SECONDS + 5
+        finally:
+            eng.close()
+    finally:
+        for p in [sched, *workers]:
+            stop_group(p)
