@@ -259,8 +259,8 @@ class DaskEngine(Engine):
             return c.sync(asyncio.wait_for, c.scheduler.identity(n_workers=-1),
                           RECONNECT_SECONDS)  # fmt: skip
         except (TimeoutError, OSError):
-            raise ClusterLost(
-                f"the Dask scheduler at {self.where} stopped answering", self.address
+            raise ClusterLost(  # as check_cluster words it: the job's line goes on
+                f"the Dask scheduler at {self.where} was lost", self.address
             ) from None
 
     def workers(self) -> list[str]:
