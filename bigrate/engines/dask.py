@@ -225,14 +225,6 @@ class DaskEngine(Engine):
         connected again within ``RECONNECT_SECONDS``) or was replaced by another one
         (whatever it held is gone), or the cluster has had no worker for
         ``worker_wait`` seconds."""
-        c = self.client
-        t = time.monotonic()
-        while c.status == "connecting" and time.monotonic() - t < RECONNECT_SECONDS:
-            time.sleep(0.2)
-        if c.status != "running":
-            raise ClusterLost(
-                f"the Dask scheduler at {self.where} was lost", self.address
-            )
         info = self._identity()
         if info.get("id") != self._scheduler_id:
             raise ClusterLost(
@@ -247,10 +239,14 @@ class DaskEngine(Engine):
         that does not answer within RECONNECT_SECONDS is lost: the client's own call
         (``scheduler_info``) would go on connecting to a dead address for the whole
         connect timeout (30 s) while the client has not yet seen the connection
-        close, a race a busy machine loses."""
+        close, a race a busy machine loses. A client that is connecting again is
+        given RECONNECT_SECONDS to do so first: a brief drop is not a lost cluster."""
         import asyncio
 
         c = self.client
+        t = time.monotonic()
+        while c.status == "connecting" and time.monotonic() - t < RECONNECT_SECONDS:
+            time.sleep(0.2)
         if c.status != "running" or c.scheduler is None:
             raise ClusterLost(
                 f"the Dask scheduler at {self.where} was lost", self.address

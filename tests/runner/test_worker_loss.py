@@ -371,3 +371,98 @@ def test_a_killed_scheduler_is_found_lost_within_the_reconnect_window(tmp_path):
     finally:
         for p in [sched, *workers]:
             stop_group(p)
+
+
+class DroppingProxy:
+    """A TCP relay on 127.0.0.1 in front of a scheduler that can drop every connection
+    through it and refuse new ones for a while: a brief network drop, after which the
+    same scheduler answers again."""
+
+    def __init__(self, target_port: int):
+        import threading
+
+        self.target = target_port
+        self.down_until = 0.0
+        self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+
+        while not self.closed:
+            try:
+                a, _ = self.server.accept()
+            except OSError:
+                return
+            if time.monotonic() < self.down_until:
+                a.close()
+                continue
+            b = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.socks += [a, b]
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst), daemon=True
+                ).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop(self, seconds: float):
+        self.down_until = time.monotonic() + seconds
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.closed = True
+        self.server.close()
+        self.drop(0)
+
+
+def test_a_brief_drop_of_the_scheduler_connection_is_not_a_lost_cluster(tmp_path):
+    """While the client connects again to the same scheduler (a network drop of a
+    second), asking for the workers or checking the cluster waits for it instead of
+    calling the cluster lost."""
+    from bigrate.engines.dask import DaskEngine
+
+    address, sched, workers = start_dask(tmp_path / "nofault", n_workers=1)
+    proxy = DroppingProxy(int(address.rsplit(":", 1)[1]))
+    try:
+        eng = DaskEngine(address=f"tcp://127.0.0.1:{proxy.port}", timeout=30)
+        try:
+            before = eng.workers()
+            assert len(before) == 1
+            proxy.drop(1.5)
+            t = time.monotonic()
+            while eng.client.status != "connecting":
+                assert time.monotonic() - t < 10, eng.client.status
+                time.sleep(0.01)
+            assert eng.workers() == before  # waited for the client to reconnect
+            assert time.monotonic() - t >= 1.0
+            eng.check_cluster()
+            assert eng.poll_events() == []
+        finally:
+            eng.close()
+    finally:
+        proxy.close()
+        for p in [sched, *workers]:
+            stop_group(p)
