@@ -3,7 +3,8 @@ disk, measured in one run on moto's S3 server on 127.0.0.1 (a real HTTP endpoint
 
     python benchmarks/bench_s3.py open  [--files 10000] [--rows-per-file 8]
     python benchmarks/bench_s3.py epoch [--rows 400000] [--latency-ms 20] [--vw-python PY]
-        [--read-ahead 4,2,0] [--workers 1,2]
+        [--read-ahead 4,2,0] [--workers 1,2] [--store-cores 1]
+    python benchmarks/bench_s3.py clients [--client-mib 160] [--store-cores 1]
 
 Writes a dataset of ``--files`` part files (tiny ones: the cost measured is per file,
 not per byte) to the server with bigrate's writer (parts uploaded as they close, the
@@ -21,7 +22,11 @@ row-group read-ahead on and off; the requests of each S3 epoch from the server's
 and its bytes from the proxy (every reply of the S3 + latency fits passes through it).
 With ``--vw-python``, Vowpal Wabbit (run by that interpreter) reads its own cache of
 the same train rows, one pass, as the out-of-core peer. Writes
-benchmarks/out/s3_epoch.json.
+benchmarks/out/s3_epoch.json. ``--store-cores`` pins the server and the proxy to those
+cores and the learner to the others.
+
+``clients``: the CPU the client process spends receiving the same bytes with s3fs,
+pyarrow's native S3 and botocore (benchmarks/out/s3_clients.json).
 """
 
 from __future__ import annotations
@@ -294,6 +299,16 @@ def vw_peer(local: str, work: Path, python: str) -> dict:
     return out
 
 
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of process ``pid`` (threads it starts later inherit it) to
+    ``cores``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
 def epoch_main(a) -> None:
     import s3fs
 
@@ -301,6 +316,18 @@ def epoch_main(a) -> None:
     server = start_s3_server(work / "requests.log")
     port = int(server.endpoint.rsplit(":", 1)[1])
     proxy = ProxyProcess(port, a.latency_ms / 1000.0)
+    if a.store_cores:  # the store as if on other machines: its own cores
+        store = {int(c) for c in a.store_cores.split(",")}
+        learner = os.sched_getaffinity(0) - store
+        if not learner:
+            raise SystemExit(
+                f"--store-cores {a.store_cores} leaves no core to learn on"
+            )
+        for pid in (server.proc.pid, proxy.proc.pid):
+            pin(pid, store)
+        pin(os.getpid(), learner)  # this process, and the workers it starts
+        print(f"store (S3 server, proxy) on cores {sorted(store)}, "
+              f"learner on {sorted(learner)}", flush=True)  # fmt: skip
     rows = []
     try:
         os.environ.update(server.env())
@@ -355,6 +382,7 @@ def epoch_main(a) -> None:
         "features": a.features,
         "latency_ms": a.latency_ms,
         "repeat": a.repeat,
+        "store_cores": a.store_cores,
         "train_mib_on_disk": train_mib,
         "runs": rows,
     }
@@ -379,9 +407,84 @@ def epoch_main(a) -> None:
     (Path(a.out) / "s3_epoch.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
+def clients_main(a) -> None:
+    """CPU the client process spends receiving ``--client-mib`` MiB from the S3 server
+    as 8 MiB objects (the size of a row group's reads), 8 at a time, with the store
+    pinned to ``--store-cores`` and this process to the other cores: the share of an
+    S3 epoch that lands on the learner's own core whatever the network. Best of 3 by
+    wall time, for s3fs (bigrate's client), pyarrow's native S3 and botocore."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import botocore.session
+    import pyarrow.fs as pafs
+    import s3fs
+
+    work = Path(tempfile.mkdtemp(prefix="bgr-s3c-"))
+    server = start_s3_server(work / "requests.log")
+    res = {"command": "python benchmarks/bench_s3.py " + " ".join(sys.argv[1:])}
+    try:
+        store = {int(c) for c in (a.store_cores or "1").split(",")}
+        pin(server.proc.pid, store)
+        pin(os.getpid(), os.sched_getaffinity(0) - store)
+        os.environ.update(server.env())
+        fs = server.fs()
+        fs.mkdir("blobs")
+        size, n = 8 * 2**20, max(1, a.client_mib // 8)
+        blob = np.random.default_rng(0).bytes(size)  # incompressible, as shards are
+        keys = [f"blobs/k{i}" for i in range(n)]
+        for k in keys:
+            fs.pipe_file(k, blob)
+        pool = ThreadPoolExecutor(8)
+        s3 = s3fs.S3FileSystem(endpoint_url=server.endpoint)
+        pa = pafs.S3FileSystem(
+            endpoint_override=server.endpoint.removeprefix("http://"),
+            scheme="http",
+            access_key=server.KEY,
+            secret_key=server.SECRET,
+            region="us-east-1",
+        )
+        bc = botocore.session.get_session().create_client(
+            "s3", endpoint_url=server.endpoint, region_name="us-east-1"
+        )
+
+        def pa_get(k):
+            with pa.open_input_file(k) as f:
+                return f.read_at(size, 0)
+
+        ways = {
+            "s3fs cat_ranges": lambda: s3.cat_ranges(keys, [0] * n, [size] * n),
+            "pyarrow S3FileSystem, 8 threads": lambda: list(pool.map(pa_get, keys)),
+            "botocore get_object, 8 threads": lambda: list(
+                pool.map(
+                    lambda k: bc.get_object(Bucket="blobs", Key=k[6:])["Body"].read(),
+                    keys,
+                )  # fmt: skip
+            ),
+        }
+        for name, fn in ways.items():
+            best = None
+            for _ in range(3):
+                w, c = time.perf_counter(), time.process_time()
+                got = fn()
+                w, c = time.perf_counter() - w, time.process_time() - c
+                assert sum(len(b) for b in got) == n * size
+                best = (w, c) if best is None or w < best[0] else best
+            res[name] = {"wall_s": best[0], "cpu_s": best[1],
+                         "cpu_ms_per_mib": 1000 * best[1] / (n * 8)}  # fmt: skip
+            print(f"{name:34s} wall {best[0]:.3f} s  client CPU {best[1]:.3f} s "
+                  f"({1000 * best[1] / (n * 8):.2f} ms/MiB)", flush=True)  # fmt: skip
+    finally:
+        server.stop()
+    res["mib"] = n * 8
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "s3_clients.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["open", "epoch"])
+    ap.add_argument("what", choices=["open", "epoch", "clients"])
+    ap.add_argument("--client-mib", type=int, default=160,
+                    help="clients: MiB received per measurement")  # fmt: skip
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--rows-per-file", type=int, default=8)
     ap.add_argument("--rows", type=int, default=400_000)
@@ -390,6 +493,12 @@ def main() -> None:
     ap.add_argument("--read-ahead", default="4,2,0",
                     help="epoch: the row-group read-ahead depths to run")  # fmt: skip
     ap.add_argument("--workers", default="1,2", help="epoch: the worker counts")
+    ap.add_argument(
+        "--store-cores", default="",
+        help="epoch: pin the S3 server and the latency proxy to these cores (e.g. 1) "
+             "and the learner, local and S3 fits alike, to the others: a store that "
+             "takes no CPU from the learner, as one on other machines",
+    )  # fmt: skip
     ap.add_argument(
         "--repeat", type=int, default=3, help="epoch: timed fits, least kept"
     )
@@ -401,6 +510,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.what == "epoch":
         epoch_main(a)
+        return
+    if a.what == "clients":
+        clients_main(a)
         return
     work = Path(tempfile.mkdtemp(prefix="bgr-s3-"))
     server = start_s3_server(work / "requests.log")
