@@ -8,7 +8,8 @@ train/test splits: each bigrate estimator of ``--estimators`` with its defaults
 (calibrate="auto": the umbrella order statistic on held-out training negatives, delta =
 0.05): "sgd" NeymanPearsonSGD, "sgd_logistic" the same from ``init="logistic"``, "svc"
 the kernel NeymanPearsonSVC, "search_init" NPSearchCV choosing the SGD's start by J_val
-over 5 folds (rows "bigrate_<name>"); and nproc's
+over 5 folds, "svc_search" NPSearchCV choosing the SVC's (C, gamma) from a 3 x 3 grid by
+J_val over 3 folds (rows "bigrate_<name>"); and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -129,20 +130,28 @@ def interval(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _estimators() -> dict:
+def _estimators(n_features: int = 1, frac="auto") -> dict:
     """bigrate's NP estimators by name, each a function of (rho, seed), defaults
-    otherwise."""
+    otherwise (``n_features``: the data's, for the kernel search's gamma grid around
+    scikit-learn's "scale", 1 / n_features on standardised features; ``frac``: their
+    ``calibration_fraction``)."""
     from bigrate import NeymanPearsonSGD, NeymanPearsonSVC, NPSearchCV
 
+    gammas = [g / n_features for g in (0.25, 1.0, 4.0)]
+
     return {
-        "sgd": lambda rho, s: NeymanPearsonSGD(rho=rho, random_state=s),
-        "sgd_logistic": lambda rho, s: NeymanPearsonSGD(
-            rho=rho, init="logistic", random_state=s
+        "sgd": lambda rho, s: NeymanPearsonSGD(
+            rho=rho, random_state=s, calibration_fraction=frac
         ),
-        "svc": lambda rho, s: NeymanPearsonSVC(rho=rho, random_state=s),
+        "sgd_logistic": lambda rho, s: NeymanPearsonSGD(
+            rho=rho, init="logistic", random_state=s, calibration_fraction=frac
+        ),
+        "svc": lambda rho, s: NeymanPearsonSVC(
+            rho=rho, random_state=s, calibration_fraction=frac
+        ),
         # the start chosen per split by J_val over 5 folds, refit on the training half
         "search_init": lambda rho, s: NPSearchCV(
-            NeymanPearsonSGD(rho=rho, random_state=s),
+            NeymanPearsonSGD(rho=rho, random_state=s, calibration_fraction=frac),
             {"init": ["zeros", "logistic"]},
             rho=rho,
             cv=5,
@@ -150,17 +159,33 @@ def _estimators() -> dict:
             progress=False,
             random_state=s,
         ),  # fmt: skip
+        # (C, gamma) chosen per split by J_val over 3 folds (each fold's fit calibrated
+        # on its own held-out negatives, as the refit), refit on the training half
+        "svc_search": lambda rho, s: NPSearchCV(
+            NeymanPearsonSVC(rho=rho, random_state=s, calibration_fraction=frac),
+            {"C": [0.1, 1.0, 10.0], "gamma": gammas},
+            rho=rho,
+            cv=3,
+            engine="local",
+            progress=False,
+            random_state=s,
+            warm_start=True,
+        ),  # fmt: skip
     }
 
 
 def run_set(
-    name: str, out: Path, n_splits: int, nproc_python: str | None, estimators=("sgd",)
+    name: str,
+    out: Path,
+    n_splits: int,
+    nproc_python: str | None,
+    estimators=("sgd",),
+    frac="auto",
 ) -> dict:
     from bigrate import BigrateWarning
 
-    ESTIMATORS = _estimators()
-
     X, y = load(name, out)
+    ESTIMATORS = _estimators(X.shape[1], frac)
     splits = stratified_splits(y, n_splits)
     res: dict = {"rows": len(y), "features": X.shape[1],
                  "test_negatives": int((~splits[0] & (y < 0)).sum())}  # fmt: skip
@@ -230,19 +255,24 @@ def main() -> None:
                     help="python of an environment with nproc (pip install nproc "
                     "--no-deps scikit-learn)")  # fmt: skip
     ap.add_argument("--estimators", default="sgd",
-                    help="bigrate estimators: sgd, sgd_logistic, svc, search_init")  # fmt: skip
+                    help="bigrate estimators: sgd, sgd_logistic, svc, search_init, svc_search")  # fmt: skip
+    ap.add_argument("--calibration-fraction", default="auto",
+                    help="the estimators' calibration_fraction: auto or a share")  # fmt: skip
     ap.add_argument("--out", default=str(HERE / "out"))
     a = ap.parse_args()
+    frac = a.calibration_fraction
+    frac = frac if frac == "auto" else float(frac)
     unknown = set(a.estimators.split(",")) - set(_estimators())
     if unknown:
         ap.error(f"--estimators: unknown {sorted(unknown)}; expected some of "
                  f"{sorted(_estimators())}")  # fmt: skip
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    res = {"splits": a.splits, "delta": DELTA, "sets": {}}
+    res = {"splits": a.splits, "delta": DELTA, "calibration_fraction": frac,
+           "sets": {}}  # fmt: skip
     for name in a.sets.split(","):
         res["sets"][name] = r = run_set(name, out, a.splits, a.nproc_python,
-                                        a.estimators.split(","))  # fmt: skip
+                                        a.estimators.split(","), frac)  # fmt: skip
         print(name, {k: v for k, v in r.items() if not isinstance(v, dict)},
               flush=True)  # fmt: skip
         for rho in RHOS:
