@@ -8,8 +8,9 @@ train/test splits: each bigrate estimator of ``--estimators`` with its defaults
 (calibrate="auto": the umbrella order statistic on held-out training negatives, delta =
 0.05): "sgd" NeymanPearsonSGD, "sgd_logistic" the same from ``init="logistic"``, "svc"
 the kernel NeymanPearsonSVC, "search_init" NPSearchCV choosing the SGD's start by J_val
-over 5 folds, "svc_search" NPSearchCV choosing the SVC's (C, gamma) from a 3 x 3 grid by
-J_val over 3 folds (rows "bigrate_<name>"); and nproc's
+over 5 folds, "svc_search" NPSearchCV choosing the SVC's (C, gamma) by J_val over 3 folds from a
+3 x 3 grid around its defaults, C "auto" and gamma "scale" (rows "bigrate_<name>"; the
+points chosen are counted); and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -130,14 +131,16 @@ def interval(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _estimators(n_features: int = 1, frac="auto") -> dict:
+def _estimators(n_features: int = 1, frac="auto", n_rows: int = 1, x_var=1.0) -> dict:
     """bigrate's NP estimators by name, each a function of (rho, seed), defaults
-    otherwise (``n_features``: the data's, for the kernel search's gamma grid around
-    scikit-learn's "scale", 1 / n_features on standardised features; ``frac``: their
-    ``calibration_fraction``)."""
+    otherwise. The kernel search's grid is around NeymanPearsonSVC's defaults:
+    gamma around "scale", 1 / (``n_features`` * ``x_var``, the data's variance), and C
+    around "auto", which is C = the rows fitted (``n_rows``, a split's training rows).
+    ``frac``: the estimators' ``calibration_fraction``."""
     from bigrate import NeymanPearsonSGD, NeymanPearsonSVC, NPSearchCV
 
-    gammas = [g / n_features for g in (0.25, 1.0, 4.0)]
+    gammas = [g / (n_features * float(x_var)) for g in (0.25, 1.0, 4.0)]
+    cs = [c * float(n_rows) for c in (0.1, 1.0, 10.0)]
 
     return {
         "sgd": lambda rho, s: NeymanPearsonSGD(
@@ -163,7 +166,7 @@ def _estimators(n_features: int = 1, frac="auto") -> dict:
         # on its own held-out negatives, as the refit), refit on the training half
         "svc_search": lambda rho, s: NPSearchCV(
             NeymanPearsonSVC(rho=rho, random_state=s, calibration_fraction=frac),
-            {"C": [0.1, 1.0, 10.0], "gamma": gammas},
+            {"C": cs, "gamma": gammas},
             rho=rho,
             cv=3,
             engine="local",
@@ -185,15 +188,15 @@ def run_set(
     from bigrate import BigrateWarning
 
     X, y = load(name, out)
-    ESTIMATORS = _estimators(X.shape[1], frac)
     splits = stratified_splits(y, n_splits)
+    ESTIMATORS = _estimators(X.shape[1], frac, int(splits[0].sum()), X.var())
     res: dict = {"rows": len(y), "features": X.shape[1],
                  "test_negatives": int((~splits[0] & (y < 0)).sum())}  # fmt: skip
     for est_name in estimators:
         t = time.perf_counter()
         key = f"bigrate_{est_name}"
         for rho in RHOS:
-            got, kinds = [], []
+            got, kinds, chosen = [], [], {}
             for s, train in enumerate(splits):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", BigrateWarning)
@@ -203,8 +206,13 @@ def run_set(
                     est, "best_estimator_", est
                 ).guarantee_  # a search: its refit
                 kinds.append(g["kind"])
+                if hasattr(est, "best_params_"):  # a search: which point it chose
+                    p = json.dumps(est.best_params_, sort_keys=True)
+                    chosen[p] = chosen.get(p, 0) + 1
             res[f"{key} {rho}"] = summarise(got, rho)
             res[f"{key} {rho}"]["guarantee"] = {k: kinds.count(k) for k in set(kinds)}
+            if chosen:
+                res[f"{key} {rho}"]["chosen"] = chosen
         res[f"{key}_seconds"] = time.perf_counter() - t
     if nproc_python:
         t = time.perf_counter()
