@@ -10,6 +10,11 @@ code is typed with the literals widened to their plain types, so the version a
 Python call compiles serves every caller. No kernel of ours dispatches on a literal
 argument's value at compile time (``numba.literally`` is not used), so the code is
 the same; only the count of versions changes.
+
+Kernels copy arrays into slices with loops, not ``a[:k] = b[:k]``: a slice assigned
+from an array makes numba compile its shape-mismatch error message (integer and tuple
+formatting, string joins), 1.8-2.7 s on an empty cache, once per array rank in each
+process. That was most of a cold AUMLinearClassifier fit (7.0 -> 4.3 s without it).
 """
 
 from __future__ import annotations

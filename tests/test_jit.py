@@ -57,3 +57,48 @@ def test_every_kernel_of_the_package_uses_the_one_version_dispatcher():
                     if f.__module__ == mod.__name__ and type(f) is not KernelDispatcher:
                         plain.append(f"{m.name}.{name}")
     assert not plain, plain
+
+
+# run in a fresh process with an empty cache: prints every function numba compiles
+# while an AUMLinearClassifier is fitted
+_COLD_FIT = r"""
+import json
+import numpy as np
+from numba.core import event
+from bigrate import AUMLinearClassifier
+
+names = []
+
+
+class Listener(event.Listener):
+    def on_start(self, ev):
+        names.append(ev.data["dispatcher"].py_func.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", Listener())
+rng = np.random.default_rng(0)
+X = rng.normal(size=(200, 5))
+y = np.where(X[:, 0] + rng.normal(size=200) > 0, 1, -1)
+AUMLinearClassifier().fit(X, y)
+print(json.dumps(names))
+"""
+
+
+def test_a_cold_aum_fit_does_not_compile_numba_s_slice_shape_error(tmp_path):
+    """A slice assigned from an array makes numba compile its shape-mismatch error
+    message, most of a cold AUM fit (see bigrate._jit); its kernels copy with loops."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-c", _COLD_FIT], capture_output=True,
+                       text=True, env=env, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert any("line_search" in n for n in names), names  # compiled here, cold
+    assert not [n for n in names if "shape_context" in n], names

@@ -38,10 +38,8 @@ def _push(hs, hk, hu, hv, size, s, k, u, v):
         nk = np.empty(cap, np.int64)
         nu = np.empty(cap, np.int64)
         nv = np.empty(cap, np.int64)
-        ns[:size] = hs[:size]
-        nk[:size] = hk[:size]
-        nu[:size] = hu[:size]
-        nv[:size] = hv[:size]
+        for j in range(size):  # a loop, not a slice copy: see bigrate._jit
+            ns[j], nk[j], nu[j], nv[j] = hs[j], hk[j], hu[j], hv[j]
         hs, hk, hu, hv = ns, nk, nu, nv
     i = size
     hs[i], hk[i], hu[i], hv[i] = s, k, u, v

@@ -1511,7 +1511,9 @@ def dpf_run(X, S, W, F, O, V, vs, kappa, max_kinks, tols):
             return BUFFER_FULL
         if vs[V_VALID] == 0:
             # M may have changed outside (a plateau's programme): its sorted copy
-            msorted[:m] = np.sort(mlist[:m])
+            srt = np.sort(mlist[:m])
+            for i in range(m):  # a loop, not a slice copy: see bigrate._jit
+                msorted[i] = srt[i]
             if not _resync(X, S, W, F, V, vs, O, kappa, tau, tols, dense, True, True):
                 return NOT_FINITE
         # 1. the direction on M

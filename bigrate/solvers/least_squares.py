@@ -117,7 +117,8 @@ def nnls(X, rows, sgn, p, R, t, tol, max_iter):
             sub = np.empty((d, nc))
             for q in range(nc):
                 projected_column(X, R, rows[cols[q]], sgn[cols[q]], col, c, s)
-                sub[:, q] = col
+                for r in range(d):  # loops, not slice copies: see bigrate._jit
+                    sub[r, q] = col[r]
             sol = np.linalg.lstsq(sub, tp, -1.0)[0]
             if first:
                 first = False
@@ -148,7 +149,8 @@ def nnls(X, rows, sgn, p, R, t, tol, max_iter):
                     passive[k] = False
             z[kmin] = 0.0
             passive[kmin] = False
-        res[:] = tp
+        for r in range(res.shape[0]):
+            res[r] = tp[r]
         for k in range(p):
             if z[k] != 0.0:
                 projected_column(X, R, rows[k], sgn[k], col, c, s)
@@ -173,7 +175,8 @@ def factor_lsq(X, R, t, out):
     out[:nu] = 0.0
     for step in range(3):
         if step > 0:
-            res[:] = t
+            for r in range(res.shape[0]):
+                res[r] = t[r]
             for q in range(nu):
                 row_axpy(indptr, indices, data, urow[q], -usgn[q] * out[q], res)
         for q in range(nu):
@@ -224,7 +227,8 @@ def min_norm_lsq(X, mlist, cols, nc, t, V, first, lam, out):
     res = np.empty(d)
     ag = np.empty(d)
     for _ in range(2):
-        res[:] = t
+        for r in range(d):
+            res[r] = t[r]
         for j in range(nc):
             i = mlist[cols[j]]
             row_axpy(indptr, indices, data, i, -y[i] * out[j], res)
