@@ -54,7 +54,9 @@ def test_every_kernel_of_the_package_uses_the_one_version_dispatcher():
             mod = importlib.import_module(m.name)
             for name, f in vars(mod).items():
                 if isinstance(f, numba.core.registry.CPUDispatcher):
-                    if f.__module__ == mod.__name__ and type(f) is not KernelDispatcher:
+                    if f.__module__ == mod.__name__ and not isinstance(
+                        f, KernelDispatcher
+                    ):
                         plain.append(f"{m.name}.{name}")
     assert not plain, plain
 
@@ -102,3 +104,29 @@ def test_a_cold_aum_fit_does_not_compile_numba_s_slice_shape_error(tmp_path):
     names = json.loads(p.stdout.strip().splitlines()[-1])
     assert any("line_search" in n for n in names), names  # compiled here, cold
     assert not [n for n in names if "shape_context" in n], names
+
+
+def test_an_internal_kernel_runs_from_kernels_and_refuses_python_in_one_line():
+    @njit(internal=True)
+    def twice(x):
+        return 2 * x
+
+    @njit
+    def caller(x):
+        return twice(x) + 1
+
+    assert caller(3) == 7
+    (cres,) = twice.overloads.values()
+    # compiled without the wrapper that lets Python call it (the compile time saved)
+    wrapper = cres.fndesc.llvm_cpython_wrapper_name
+    assert cres.library.get_pointer_to_function(wrapper) == 0
+    assert caller.overloads[caller.signatures[0]].library.get_pointer_to_function(
+        caller.overloads[caller.signatures[0]].fndesc.llvm_cpython_wrapper_name
+    )
+    try:
+        twice(3)
+    except TypeError as e:
+        assert "twice is an internal kernel" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("an internal kernel called from Python did not refuse")
+    assert twice.py_func(3) == 6

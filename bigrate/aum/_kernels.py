@@ -30,7 +30,7 @@ def _less(ks, ka, kb, a, b):
     return ks[a] < ks[b] or (ks[a] == ks[b] and ka[a] < ka[b])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _push(hs, hk, hu, hv, size, s, k, u, v):
     if size == hs.shape[0]:
         cap = 2 * size + 8
@@ -56,7 +56,7 @@ def _push(hs, hk, hu, hv, size, s, k, u, v):
     return hs, hk, hu, hv, size + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _pop(hs, hk, hu, hv, size):
     s, k, u, v = hs[0], hk[0], hu[0], hv[0]
     size -= 1

@@ -278,7 +278,7 @@ def check_rows(indptr, indices, data, n_features):
 # checked against the buffer before it is read, and every write against the output.
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _varint(buf, pos, end):
     """(value, next position) of the ULEB128 integer at ``pos``; (-1, pos) when it
     runs past ``end`` or over 35 bits."""

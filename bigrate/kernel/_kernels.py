@@ -39,7 +39,7 @@ def _kval(kind, s, sqi, sqj, gamma, coef0, degree):
     return (gamma * s + coef0) ** degree
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, internal=True)
 def _dot_rows(X, i, j):
     """<X[i], X[j]>; reassociation lets the compiler vectorise the sum."""
     s = 0.0
@@ -48,7 +48,7 @@ def _dot_rows(X, i, j):
     return s
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _fill_cols(kp, i, cols, c0, c1, out):
     """out[j] = K(x_i, x_j) for j in cols[c0:c1]: the inner products first, then the
     kernel function in a second loop (exp pipelines better on its own)."""
@@ -79,7 +79,7 @@ def _fill_cols(kp, i, cols, c0, c1, out):
             out[j] = _kval(kind, out[j], sqi, sq[j], gamma, coef0, degree)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _row(i, kp, cols, m, full, stats):
     """Row i of K, valid at least on the active columns ``cols[:m]`` (on every column
     with ``full``), from the cache or computed into the least recently used slot.
@@ -143,7 +143,7 @@ def _row(i, kp, cols, m, full, stats):
     return row
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _reactivate(kp, perm, m):
     """Make every variable active again, stamping the reactivated ones (their entries
     in partial cached rows are missing); returns the new active size n."""
@@ -159,7 +159,7 @@ def _reactivate(kp, perm, m):
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _flags(y, a, lo, hi, t, up, low):
     """Membership of t in I_up and I_low."""
     if y[t] > 0:
@@ -170,7 +170,7 @@ def _flags(y, a, lo, hi, t, up, low):
         low[t] = a[t] < hi[t]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _bounded_part(a, lo, hi, t):
     """a_t if it sits at a bound (its share of G_bar), else 0; the complement of the
     free test lo < a < hi, so a value an ulp outside its box still counts once."""
@@ -179,7 +179,7 @@ def _bounded_part(a, lo, hi, t):
     return 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _update_bar(kp, y, a, lo, hi, u, old, mgbar, perm, m, stats):
     """Keep G_bar (as -y G_bar) when variable u moved onto, off or between bounds."""
     bo = old if (old <= lo[u] or old >= hi[u]) else 0.0
@@ -191,7 +191,7 @@ def _update_bar(kp, y, a, lo, hi, u, old, mgbar, perm, m, stats):
             mgbar[t] -= cu * Ku[t]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _reconstruct_bar(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
     """-y G on the inactive variables perm[m:], from G_bar (the share of the variables
     at a bound, kept up to date) and the free variables, which are all active (a
@@ -232,7 +232,7 @@ def _reconstruct_bar(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
                     mg[t] -= cu * Ku[t]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _reconstruct_moved(kp, y, a, a_ref, mg, mg_ref, perm, m, stats):
     """-y G on the inactive variables perm[m:], from its value when every gradient was
     last exact (``mg_ref`` at the duals ``a_ref``: the solve's start or the previous
@@ -258,7 +258,7 @@ def _reconstruct_moved(kp, y, a, a_ref, mg, mg_ref, perm, m, stats):
         a_ref[t] = a[t]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
     """The inactive gradients, by G_bar (``aux`` = -y G_bar) or from the duals moved
     since the reference point (``aux`` = -y G there, at ``a_ref``)."""
@@ -268,7 +268,7 @@ def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
         _reconstruct_moved(kp, y, a, a_ref, mg, aux, perm, m, stats)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _extremes(mg, up, low, perm, m):
     """(max of -y G over I_up, min over I_low) on the active variables perm[:m]."""
     gmax = -np.inf
@@ -282,7 +282,7 @@ def _extremes(mg, up, low, perm, m):
     return gmax, gmin
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
     """Move the variables that cannot enter the next working sets to the inactive part
     (libsvm's rule, per-example boxes): in I_up only with -y G below min_{I_low}, in

@@ -246,7 +246,7 @@ NOT_FINITE = 4  # a non-finite value appeared in the state
 PLATEAU = 5  # dw/dtau is ~0: check whether w stays optimal up to tau = 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def upper_bound(y_i, s_i, tau):
     """Box of a (merged) example of weight s_i: s_i (1 - tau) if positive, s_i tau if
     negative; its derivative in tau is -y_i s_i."""
@@ -311,7 +311,7 @@ def _lsum_row(X, lsum, i, sign):
         lsum[r, j] = t
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def primal_from_lsum(X, S, tau, kappa):
     """w = kappa (sum_M beta y x + (1 - tau) P - tau N) and s_L = P + N, with P and N
     the error set's running sums of sw x by class (S[S_LSUM], :func:`_lsum_row`): since
@@ -331,7 +331,7 @@ def primal_from_lsum(X, S, tau, kappa):
         row_axpy(indptr, indices, data, i, kappa * beta[i] * y[i], w)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def lsum_from_sets(X, state, lsum):
     """The error set's sums by class (see :func:`_lsum_row`) from scratch."""
     lsum[:] = 0.0
@@ -371,14 +371,14 @@ def resolve_margin(
     return epochs
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _record_beta(msorted, m, beta, out, start):
     """beta_M by increasing index (msorted: M's indices in that order)."""
     for k in range(m):
         out[start + k] = beta[msorted[k]]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _merge_sorted(msorted, m_old, ev, ne, state):
     """M's indices in increasing order after a kink's events: those of msorted[:m_old]
     still in M, merged with the events' indices that joined M (ev[:ne], increasing;
@@ -461,7 +461,7 @@ def _unbounded_factor(X, ML, m, kind, KU, gen, max_calls, d, ucol):
     return nl
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _direction_dense(
     X, mlist, m, kind, s_l, d, W, F, rank_rtol, xnorm, hscale, aa, KU, gen, kept
 ):  # fmt: skip
@@ -751,7 +751,7 @@ def _box_qp_from(G, b, m, kind, h, x, pin, rel_pivot, L, free, nf):
     return False, steps
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
     """Conjugate gradients on Q_MM dbeta = rhs = y_M (X_M s_L) first (the paper's
     step). If that sends a multiplier sitting at a bound out of its box (a degenerate
@@ -830,7 +830,7 @@ def _direction_cg(X, mlist, m, kind, s_l, dbeta, W, F, cg_rtol, cg_factor):
     return it, steps
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
     """kind[k] of each margin multiplier: 0 inside its box, 1 at 0 (may only grow),
     2 at ub (may only follow ub's rate -y s), 3 both (ub = 0). True if any is 3."""
@@ -846,7 +846,7 @@ def _bound_kinds(y, sw, mlist, m, beta, tau, btol, kind):
     return two_sided
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _direction(
     X, mlist, mpos, m, beta, tau, s_l, dbeta, W, F, cg_rtol, cg_factor, btol,
     dense_max_d, gram_max_m, xnorm, kept_calls, XM, ML, xnm, compact,
@@ -979,7 +979,7 @@ def _lsq_repair(X, S, W, F, kappa, tau, xnorm, btol):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _exact_from_sets(X, S, kappa, tau):
     """w, s_L and the margin rows' gradients from the sets and beta (the error set
     through its running sums); returns their largest magnitude (the KKT drift: 0 at
@@ -996,7 +996,7 @@ def _exact_from_sets(X, S, kappa, tau):
     return drift
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _refresh(
     X, S, W, F, kappa, tau, eps_tie, drift_tol, cnt, diag, xnorm, dense, full
 ):  # fmt: skip
@@ -1156,7 +1156,7 @@ def _choose_radius(state, g, gtol, V, nmid, v, full_scan, max_since, rebuild_cos
     return radius
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _rebuild(X, state, g, w, gtol, V, vs, max_since, rebuild_cost, cnt):
     """The candidate list (a Verlet list) at w, with the exact gradients of the rows
     it is chosen from; counts full rebuilds in cnt[N_FULL_REBUILDS] and the rows whose gradient
@@ -1295,7 +1295,7 @@ def _margin_rows(X, mlist, xnorm, F, want):
     return X, mlist, xnorm
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _margin_copy_add(X, F, i, pos, xnorm):
     """Row i enters M at position pos: appended to the copy as a new slot; where
     the copy is full it is marked stale (formed anew when next needed)."""
@@ -1345,7 +1345,7 @@ def _list_row(X, V, nc, i, gi):
     cptr[nc] = q
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
     """The first event of the segment from the rows that can have one: the margin
     rows' boxes and the candidate list's gradients. Returns (step, rate of the
@@ -1436,7 +1436,7 @@ def _events(X, S, W, F, V, vs, u, degenerate, tols3, XM, ML):
     return step, rarg
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _rerecord(msorted, m, beta, kink_bptr, bstore, cnt):
     """Rewrite the last kink's beta record after a refresh at its tau (same M, beta
     repaired), so that what a recovered solution interpolates is the repaired one."""

@@ -23,7 +23,7 @@ __all__ = ["factor_lsq", "min_norm_lsq", "nnls", "project_out", "projected_colum
            "row_space"]  # fmt: skip
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def project_out(X, R, v, c, s):
     """v <- its part orthogonal to range(A_U), in place. R = (P, L, urow, usgn)
     describes A_U: with urow non-empty its columns are usgn[q] x_{urow[q]} and L is
@@ -54,7 +54,7 @@ def project_out(X, R, v, c, s):
             v[j] = a
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def projected_column(X, R, i, sgn, out, c, s):
     """out = the projection (:func:`project_out`) of the column sgn x_i, applied twice:
     the Cholesky form squares the conditioning of A_U, and a second application

@@ -91,7 +91,7 @@ def inequalities(alpha, gt, state, box, rcoef, consistent):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _bordered(Q, y, box, rcoef, state):
     """The margin rows M (in order), the bordered matrix A = [[0, y_M^T], [y_M,
     Q_MM]], its right-hand side (n_M + 1, 3) and alpha with the E rows at their box."""
@@ -130,7 +130,7 @@ def _bordered(Q, y, box, rcoef, state):
     return M, A, rhs, alpha
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _gt(Q, y, state, alpha, bprime):
     """g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2)."""
     n = y.shape[0]
@@ -353,7 +353,7 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, g
     return True, M, B, alpha, bprime, gt, h, ineq
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _residual(A, sol, rhs):
     worst = 0.0
     for i in range(A.shape[0]):
@@ -505,7 +505,7 @@ def _split(V, a, b, c):
 
 
 # ------------------------------------------------------------------ seen partitions
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _hash(st):
     h = np.uint64(14695981039346656037)
     for v in st:
@@ -513,7 +513,7 @@ def _hash(st):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _slot(table, store, st):
     """(index of ``st`` in ``store`` or -1, the table slot where it is or goes)."""
     mask = np.uint64(table.shape[0] - 1)
@@ -537,7 +537,7 @@ def seen_contains(table, store, st):
     return _slot(table, store, st)[0] >= 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _seen_add(table, store, count, st, slot):
     """Add ``st`` at ``slot``; the table doubles past half full, the store when
     full. Returns (table, store, count)."""
@@ -556,7 +556,7 @@ def _seen_add(table, store, count, st, slot):
 
 
 # ------------------------------------------------------------------ the walk
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
     """Write a region's system into the ring ``pool`` at ``at[0]`` (an entry never
     wraps: it starts over at 0 where it would). Returns where it went (-1: no system,
@@ -591,7 +591,7 @@ def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
     return v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _pool_get(pool, v, n, nv):
     """The system :func:`_pool_put` wrote at ``v``: (M, B, alpha, b', g~, h,
     depth), B and the rest as views of the pool."""
@@ -804,7 +804,7 @@ def walk(Q, y, box, rcoef, dom, KvT,
             r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _miss(ineq, px, py):
     """How far the point (px, py) breaks the worst of the inequalities."""
     worst = -np.inf
@@ -813,21 +813,21 @@ def _miss(ineq, px, py):
     return worst
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _grow1(a, cap):
     out = np.empty(cap, a.dtype)
     out[: a.shape[0]] = a
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _grow2(a, cap):
     out = np.empty((cap, a.shape[1]), a.dtype)
     out[: a.shape[0]] = a
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _grow3(a, cap):
     out = np.empty((cap, a.shape[1], a.shape[2]), a.dtype)
     out[: a.shape[0]] = a
@@ -901,12 +901,12 @@ def cells(vert, off, piece_region, H, y_val, tol):
 
 
 # ------------------------------------------------------------------ folds' best point
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _bbox(V):
     return V[:, 0].min(), V[:, 1].min(), V[:, 0].max(), V[:, 1].max()
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _intersect(P, C):
     """Convex P n convex C (both counter-clockwise): P clipped by C's edges."""
     k = C.shape[0]
@@ -1043,7 +1043,7 @@ def best_point(vert, off, fold_start, fn, fp, cost_fn, cost_fp, bounds, piece_to
     return best, best_fn, best_fp, best_piece, tried
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, internal=True)
 def _cells_of(b, x0, y0, sx, sy, G):
     i0 = min(max(int((b[0] - x0) * sx), 0), G - 1)
     i1 = min(max(int((b[2] - x0) * sx), 0), G - 1)
