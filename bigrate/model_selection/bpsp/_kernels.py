@@ -259,7 +259,8 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, g
             B[mb, i] = -bi
         B[mb, mb] = 1.0 / s
         M = np.empty(mb, np.int64)
-        M[: mb - 1] = Mp
+        for k in range(mb - 1):  # loops, not slice copies: see bigrate._jit
+            M[k] = Mp[k]
         M[mb - 1] = row
         d = B[:, mb].copy()
         for t in range(3):
@@ -409,8 +410,9 @@ def clip(V, lab, ineq, tol):
     cap = 2 * k + 8
     X = np.empty((cap, 2))
     L = np.empty(cap, np.int64)
-    X[:k] = V
-    L[:k] = lab
+    for i in range(k):  # loops, not slice copies: see bigrate._jit
+        X[i, 0], X[i, 1] = V[i, 0], V[i, 1]
+        L[i] = lab[i]
     Y = np.empty((cap, 2))
     N = np.empty(cap, np.int64)
     d = np.empty(cap)
@@ -543,9 +545,12 @@ def _seen_add(table, store, count, st, slot):
     full. Returns (table, store, count)."""
     if count == store.shape[0]:
         grown = np.empty((2 * store.shape[0], store.shape[1]), np.int8)
-        grown[:count] = store[:count]
+        for i in range(count):  # loops, not slice copies: see bigrate._jit
+            for j in range(store.shape[1]):
+                grown[i, j] = store[i, j]
         store = grown
-    store[count] = st
+    for j in range(st.shape[0]):
+        store[count, j] = st[j]
     table[slot] = count
     count += 1
     if 2 * count > table.shape[0]:
@@ -579,15 +584,25 @@ def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
     for k in range(mb - 1):
         pool[s + k] = M[k]
     s += mb - 1
-    pool[s : s + mb * mb] = B.ravel()
+    # row by row in C order, as ravel() would (loops: see bigrate._jit)
+    for i in range(mb):
+        for j in range(mb):
+            pool[s + i * mb + j] = B[i, j]
     s += mb * mb
-    pool[s : s + 3 * n] = alpha.ravel()
+    for i in range(n):
+        for t in range(3):
+            pool[s + 3 * i + t] = alpha[i, t]
     s += 3 * n
-    pool[s : s + 3] = bprime
+    for t in range(3):
+        pool[s + t] = bprime[t]
     s += 3
-    pool[s : s + 3 * n] = gt.ravel()
+    for i in range(n):
+        for t in range(3):
+            pool[s + 3 * i + t] = gt[i, t]
     s += 3 * n
-    pool[s : s + 3 * nv] = h.ravel()
+    for i in range(nv):
+        for t in range(3):
+            pool[s + 3 * i + t] = h[i, t]
     return v
 
 
@@ -623,14 +638,17 @@ def _record_region(r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A):
         r_area = _grow1(r_area, cap)
         r_h = _grow3(r_h, cap)
         off = np.zeros(cap + 1, np.int64)
-        off[: nreg + 1] = r_off[: nreg + 1]
+        for k in range(nreg + 1):  # loops, not slice copies: see bigrate._jit
+            off[k] = r_off[k]
         r_off = off
-    r_state[nreg] = st
+    for j in range(st.shape[0]):
+        r_state[nreg, j] = st[j]
     r_area[nreg] = A
     start = r_off[nreg]
     while start + P.shape[0] > r_vert.shape[0]:
         r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
-    r_vert[start : start + P.shape[0]] = P
+    for k in range(P.shape[0]):  # loops, not slice copies: see bigrate._jit
+        r_vert[start + k, 0], r_vert[start + k, 1] = P[k, 0], P[k, 1]
     r_off[nreg + 1] = start + P.shape[0]
     return r_state, r_off, r_vert, r_area, r_h
 
@@ -774,7 +792,9 @@ def walk(Q, y, box, rcoef, dom, KvT,
             Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
             if pool.shape[0] > 0:
                 Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
-        r_h[nreg] = h
+        for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
+            for t in range(3):
+                r_h[nreg, v, t] = h[v, t]
         nreg += 1
         diag[D_REGIONS] += 1
         me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
@@ -788,7 +808,8 @@ def walk(Q, y, box, rcoef, dom, KvT,
                 qpt = _grow2(qpt, 2 * tail)
                 qhas = _grow1(qhas, 2 * tail)
                 qlink = _grow2(qlink, 2 * tail)
-            qst[tail] = nxt
+            for j in range(nxt.shape[0]):
+                qst[tail, j] = nxt[j]
             qlink[tail, 0], qlink[tail, 1] = me, mv
             qpt[tail, 0], qpt[tail, 1] = qx, qy
             qhas[tail] = hp
@@ -816,21 +837,27 @@ def _miss(ineq, px, py):
 @njit(cache=True, nogil=True, internal=True)
 def _grow1(a, cap):
     out = np.empty(cap, a.dtype)
-    out[: a.shape[0]] = a
+    for i in range(a.shape[0]):  # loops, not slice copies: see bigrate._jit
+        out[i] = a[i]
     return out
 
 
 @njit(cache=True, nogil=True, internal=True)
 def _grow2(a, cap):
     out = np.empty((cap, a.shape[1]), a.dtype)
-    out[: a.shape[0]] = a
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[i, j] = a[i, j]
     return out
 
 
 @njit(cache=True, nogil=True, internal=True)
 def _grow3(a, cap):
     out = np.empty((cap, a.shape[1], a.shape[2]), a.dtype)
-    out[: a.shape[0]] = a
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            for k in range(a.shape[2]):
+                out[i, j, k] = a[i, j, k]
     return out
 
 
@@ -887,12 +914,14 @@ def cells(vert, off, piece_region, H, y_val, tol):
                 c_fn = _grow1(c_fn, 2 * nc)
                 c_fp = _grow1(c_fp, 2 * nc)
                 o = np.zeros(2 * nc + 1, np.int64)
-                o[: nc + 1] = c_off[: nc + 1]
+                for k in range(nc + 1):  # loops, not slice copies: see bigrate._jit
+                    o[k] = c_off[k]
                 c_off = o
             start = c_off[nc]
             while start + W.shape[0] > c_vert.shape[0]:
                 c_vert = _grow2(c_vert, 2 * c_vert.shape[0])
-            c_vert[start : start + W.shape[0]] = W
+            for k in range(W.shape[0]):  # loops, not slice copies: see bigrate._jit
+                c_vert[start + k, 0], c_vert[start + k, 1] = W[k, 0], W[k, 1]
             c_off[nc + 1] = start + W.shape[0]
             c_reg[nc], c_fn[nc], c_fp[nc] = r, fn, fp
             nc += 1
@@ -1037,7 +1066,9 @@ def best_point(vert, off, fold_start, fn, fp, cost_fn, cost_fp, bounds, piece_to
                     m += 1
         if m > 1:
             o = np.argsort(err[cand[k, :m]], kind="mergesort")
-            cand[k, :m] = cand[k, :m][o]
+            srt = cand[k, :m][o]
+            for i in range(m):  # a loop, not a slice copy: see bigrate._jit
+                cand[k, i] = srt[i]
         ncand[k] = m
         pos[k] = 0
     return best, best_fn, best_fp, best_piece, tried
