@@ -653,6 +653,24 @@ def _record_region(r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A):
     return r_state, r_off, r_vert, r_area, r_h
 
 
+@njit(cache=True, nogil=True, internal=True)
+def _facet_probe(P, lab, ineq, i, probe):
+    """The point just across the middle of edge i of polygon P where it is a facet
+    (as :func:`_across_facet` probes it): (whether, x, y)."""
+    f = lab[i]
+    if probe <= 0 or f < 0 or ineq[f, 4] < 0:
+        return False, 0.0, 0.0
+    i1 = i + 1 if i + 1 < P.shape[0] else 0
+    length = np.hypot(P[i1, 0] - P[i, 0], P[i1, 1] - P[i, 1])
+    if length <= 1e-15:
+        return False, 0.0, 0.0
+    nrm = max(np.hypot(ineq[f, 0], ineq[f, 1]), 1e-300)
+    dist = min(probe, 1e-3 * length)
+    qx = 0.5 * (P[i, 0] + P[i1, 0]) + dist * ineq[f, 0] / nrm
+    qy = 0.5 * (P[i, 1] + P[i1, 1]) + dist * ineq[f, 1] / nrm
+    return True, qx, qy
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _across_facet(st, P, lab, ineq, i, probe, diag):
     """The neighbour across the facet on edge i of the region's polygon P (Theorem
@@ -698,7 +716,8 @@ def _across_facet(st, P, lab, ineq, i, probe, diag):
 def walk(Q, y, box, rcoef, dom, KvT,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
-         pool, at, diag, tol, area_tol, probe, correcting, budget):  # fmt: skip
+         pool, at, diag, tol, area_tol, probe, correcting, budget,
+         dpt, n_drop):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -718,7 +737,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
     from the parent's; the rest, an evicted parent, a nearly singular update and every
     ``MAX_UPDATES``-th generation, from scratch. ``pool`` is a ring of the recorded
     regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
-    at v is intact while at[0] <= v + len(pool))."""
+    at v is intact while at[0] <= v + len(pool)).
+
+    ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
+    the moves dropped because they did not hold just across their facet, where a gap
+    in the regions walked may start (the caller seeds those no region covers)."""
     n = y.shape[0]
     nv = KvT.shape[1]
     cap = 64
@@ -771,6 +794,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
             # crossing): its region is empty or lies elsewhere, where another
             # neighbour or a gap seed finds it; not marked seen
             diag[D_DEGENERATE] += 1
+            if has:  # the point just across: a gap seed if no region covers it
+                if n_drop == dpt.shape[0]:
+                    dpt = _grow2(dpt, 2 * n_drop + 8)
+                dpt[n_drop, 0], dpt[n_drop, 1] = px, py
+                n_drop += 1
             continue
         table, store, n_seen = _seen_add(table, store, n_seen, st, slot)
         if singular:
@@ -782,6 +810,15 @@ def walk(Q, y, box, rcoef, dom, KvT,
         if A <= area_tol:
             diag[D_THIN] += 1
             diag[D_THIN_AREA] += max(A, 0.0)
+            # not walked across: the points just across its facets, where a gap
+            # behind it may start (the caller seeds those no region covers)
+            for i in range(P.shape[0]):
+                ok, qx, qy = _facet_probe(P, lab, ineq, i, probe)
+                if ok:
+                    if n_drop == dpt.shape[0]:
+                        dpt = _grow2(dpt, 2 * n_drop + 8)
+                    dpt[n_drop, 0], dpt[n_drop, 1] = qx, qy
+                    n_drop += 1
             continue
         # record the region
         r_state, r_off, r_vert, r_area, r_h = _record_region(
@@ -820,8 +857,8 @@ def walk(Q, y, box, rcoef, dom, KvT,
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
     nvtx = r_off[nreg]
-    return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail,
-            r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
+    return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
+            n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
             r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
 
 

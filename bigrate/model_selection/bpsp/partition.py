@@ -214,6 +214,11 @@ class Diagnostics:
     # 1 where the walk met a singular bordered system (a non-unique dual) and the
     # partition was redone by the exact but slower walk over shapely polygons
     slow_path: int = 0
+    # gaps the walk left, found by the probe points (of its dropped moves and of thin
+    # regions' facets) that no region covers, each seeded by a direct solve; and the
+    # GEOS unions of every region, needed only where those found none
+    probe_seeds: int = 0
+    unions: int = 0
     # where a task's time went: the compiled walk, the gaps (GEOS unions and the
     # direct solves that seed them) and the invariant cells
     walk_seconds: float = 0.0
@@ -424,19 +429,30 @@ class Partitioner:
         pool, at = np.empty(self.pool_floats), np.zeros(1, np.int64)
         kd = np.zeros(_k.N_DIAG)
         chunks: list = []
+        n_chunks = 0  # chunks whose regions are in polys
         covered, n_regions = 0.0, 0
         probe = -1.0 if self.probe is None else float(self.probe)
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
         seeds, gaps = [rect], []
-        union, united = Polygon(), 0  # the union of chunks[:united]
+        union, united = Polygon(), 0  # the union of polys[:united]
+        polys: list = []  # every region's polygon so far, chunk by chunk
+        # the probe points of moves the walk dropped: where gaps start, found without
+        # a union of every region (GEOS's, seconds for tens of thousands of them)
+        dpt, n_drop = np.zeros((64, 2)), 0
+        from_union = True  # this round's seeds are the union's gaps
         # regions per walk call: a progress report between calls
         chunk = 2000 if progress is not None else self.max_regions + 1
         for _round in range(50):
             t0 = time.perf_counter()
             for area in seeds:
+                # a probe point is tried once: one whose partition was seen lies in
+                # a thin region, and random points of its tiny square give the same
                 st = self._seed(
-                    area, lambda s, t=table, m=store: _k.seen_contains(t, m, s), rng
+                    area,
+                    lambda s, t=table, m=store: _k.seen_contains(t, m, s),
+                    rng,
+                    tries=4 if from_union else 1,
                 )
                 if tail == len(qst):
                     qst, qpt = np.vstack([qst, qst]), np.vstack([qpt, qpt])
@@ -452,12 +468,12 @@ class Partitioner:
                     self.Q, self.y, self.box, rcoef, dom, KvT,
                     table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
                     kd, CLIP_TOL, self.area_tol, probe, correcting,
-                    min(chunk, self.max_regions + 1 - n_regions),
+                    min(chunk, self.max_regions + 1 - n_regions), dpt, n_drop,
                 )  # fmt: skip
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
-                 tail) = out[:10]  # fmt: skip
-                new = out[10:]
+                 tail, dpt, n_drop) = out[:12]  # fmt: skip
+                new = out[12:]
                 if status == _k.WALK_SINGULAR:
                     d = self.diag  # the time spent so far is kept
                     self.diag = Diagnostics(
@@ -478,11 +494,24 @@ class Partitioner:
             if total - covered <= self.area_tol + kd[_k.D_THIN_AREA]:
                 gaps = []  # every region found: no union needed
                 break
-            new_polys = [Polygon(c[1][c[2][r] : c[2][r + 1]])
-                         for c in chunks[united:] for r in range(len(c[3]))]  # fmt: skip
-            united = len(chunks)
             t0 = time.perf_counter()
-            union, gaps, finished = self._unite(rect, union, new_polys, _round, found)
+            polys += [Polygon(c[1][c[2][r] : c[2][r + 1]])
+                      for c in chunks[n_chunks:] for r in range(len(c[3]))]  # fmt: skip
+            n_chunks = len(chunks)
+            # first the dropped moves' probe points that no region covers; the union
+            # of every region only where there are none
+            probes = self._uncovered(dpt[:n_drop], polys, rect)
+            n_drop = 0
+            if probes:
+                self.diag.probe_seeds += len(probes)
+                seeds, from_union = probes, False
+                self.diag.seeding_seconds += time.perf_counter() - t0
+                continue
+            # a round of probe seeds found nothing the union's finish test can count
+            union, gaps, finished = self._unite(
+                rect, union, polys[united:], _round, found if from_union else 1
+            )
+            united, from_union = len(polys), True
             self.diag.seeding_seconds += time.perf_counter() - t0
             if finished:
                 break
@@ -523,9 +552,34 @@ class Partitioner:
         region each round was the fit's largest cost on folds with many seeds), the
         gaps left, and whether the walk is finished: covered, or a later round's
         seeds found nothing new (the same gaps would be seeded again, to no end)."""
+        self.diag.unions += 1
         union = overlay(shapely.union_all, [union, *new_polys], diag=self.diag)
         gaps = self._gaps(rect, union)
         return union, gaps, not gaps or (round_ > 0 and found == 0)
+
+    #: probe points seeded a round at most (each a direct solve, or a few)
+    MAX_PROBE_SEEDS = 1000
+
+    def _uncovered(self, points, polys, rect):
+        """Tiny squares around those of ``points`` (the walk's dropped probes) inside
+        ``rect`` that no region of ``polys`` covers, each a seed of a gap (at most
+        :attr:`MAX_PROBE_SEEDS`, distinct)."""
+        if not len(points):
+            return []
+        pts = np.unique(np.asarray(points), axis=0)
+        x0, y0, x1, y1 = rect.bounds
+        pts = pts[(pts[:, 0] > x0) & (pts[:, 0] < x1) & (pts[:, 1] > y0)
+                  & (pts[:, 1] < y1)]  # fmt: skip
+        if not len(pts):
+            return []
+        hit = shapely.STRtree(polys).query(shapely.points(pts), predicate="intersects")
+        free = np.ones(len(pts), bool)
+        free[hit[0]] = False
+        e = 1e-9 * max(x1 - x0, y1 - y0)
+        return [
+            shapely.box(x - e, y - e, x + e, y + e)
+            for x, y in pts[free][: self.MAX_PROBE_SEEDS]
+        ]
 
     def _gaps(self, rect, union):
         """The parts of ``rect`` outside ``union`` larger than area_tol."""
