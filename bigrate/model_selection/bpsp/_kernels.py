@@ -653,10 +653,11 @@ def _record_region(r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A):
     return r_state, r_off, r_vert, r_area, r_h
 
 
-@njit(cache=True, nogil=True, internal=True)
+@njit(cache=True, nogil=True, inline="always")
 def _facet_probe(P, lab, ineq, i, probe):
     """The point just across the middle of edge i of polygon P where it is a facet
-    (as :func:`_across_facet` probes it): (whether, x, y)."""
+    with a move, no farther than a thousandth of the edge (small regions have small
+    neighbours): (whether, x, y)."""
     f = lab[i]
     if probe <= 0 or f < 0 or ineq[f, 4] < 0:
         return False, 0.0, 0.0
@@ -693,10 +694,7 @@ def _across_facet(st, P, lab, ineq, i, probe, diag):
     qx = qy = 0.0
     hp = probe > 0
     if hp:
-        nrm = max(np.hypot(ineq[f, 0], ineq[f, 1]), 1e-300)
-        dist = min(probe, 1e-3 * length)
-        qx = 0.5 * (P[i, 0] + P[i1, 0]) + dist * ineq[f, 0] / nrm
-        qy = 0.5 * (P[i, 1] + P[i1, 1]) + dist * ineq[f, 1] / nrm
+        _, qx, qy = _facet_probe(P, lab, ineq, i, probe)
         broken = 0
         for j in range(ineq.shape[0]):
             if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
