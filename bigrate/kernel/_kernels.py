@@ -495,14 +495,6 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
 
 
 @njit(cache=True, nogil=True)
-def gradient(kp, y, p, a, stats):
-    """G = Q a - p, computed from the full kernel rows of the non-zero a_i."""
-    G = -p.copy()
-    gradient_update(kp, y, G, a, stats)
-    return G
-
-
-@njit(cache=True, nogil=True)
 def gradient_update(kp, y, G, da, stats):
     """G += Q da, from the full kernel rows of the non-zero da_i (a warm start whose
     duals moved on a few variables only)."""

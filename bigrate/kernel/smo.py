@@ -148,7 +148,11 @@ class KernelProblem:
         )
 
     def gradient(self, y, p, a, stats):
-        return K.gradient(self._kp(), y, p, a, stats)
+        """G = Q a - p, from the full kernel rows of the non-zero a_i (by
+        :func:`_kernels.gradient_update`: one compiled entry fewer to build cold)."""
+        G = -np.asarray(p, dtype=np.float64)
+        K.gradient_update(self._kp(), y, G, a, stats)
+        return G
 
     def solve(
         self,
