@@ -498,8 +498,8 @@ class Partitioner:
             polys += [Polygon(c[1][c[2][r] : c[2][r + 1]])
                       for c in chunks[n_chunks:] for r in range(len(c[3]))]  # fmt: skip
             n_chunks = len(chunks)
-            # first the dropped moves' probe points that no region covers; the union
-            # of every region only where there are none
+            # first the probe points (across dropped moves and thin regions' facets)
+            # that no region covers; the union of every region only where none is
             probes = self._uncovered(dpt[:n_drop], polys, rect)
             n_drop = 0
             if probes:
@@ -561,15 +561,14 @@ class Partitioner:
     MAX_PROBE_SEEDS = 1000
 
     def _uncovered(self, points, polys, rect):
-        """Tiny squares around those of ``points`` (the walk's dropped probes) inside
-        ``rect`` that no region of ``polys`` covers, each a seed of a gap (at most
-        :attr:`MAX_PROBE_SEEDS`, distinct)."""
+        """Tiny squares around those of ``points`` (the walk's probe points) inside
+        the domain ``rect`` that no region of ``polys`` covers, each a seed of a gap
+        (at most :attr:`MAX_PROBE_SEEDS`, distinct)."""
         if not len(points):
             return []
         pts = np.unique(np.asarray(points), axis=0)
+        pts = pts[shapely.contains_xy(rect, pts[:, 0], pts[:, 1])]
         x0, y0, x1, y1 = rect.bounds
-        pts = pts[(pts[:, 0] > x0) & (pts[:, 0] < x1) & (pts[:, 1] > y0)
-                  & (pts[:, 1] < y1)]  # fmt: skip
         if not len(pts):
             return []
         hit = shapely.STRtree(polys).query(shapely.points(pts), predicate="intersects")
