@@ -502,7 +502,17 @@ class _DaskPinned(Pinned):
         return slots
 
     def _submit(self, slot, fn, args):
-        return slot.actor.run(fn, args)
+        try:
+            return slot.actor.run(fn, args)
+        except RuntimeError as e:
+            # "Worker holding Actor was lost", raised at the call when the worker died
+            # just before: a finished handle that _collect reports as LOST, as it does
+            # a call whose worker dies while it runs
+            import concurrent.futures
+
+            lost = concurrent.futures.Future()
+            lost.set_exception(e)
+            return lost
 
     def _slot_host(self, slot) -> str | None:
         from distributed.comm import get_address_host

@@ -695,3 +695,26 @@ def test_a_worker_lost_while_its_nanny_restarts_it_keeps_its_nanny():
                     break
             assert len(eng.cluster.workers) == 2  # no nanny closed
             assert len(pids) == 2 and victim not in pids.values()
+
+
+def test_a_call_to_a_slot_whose_worker_just_died_is_a_lost_call(dask_engine):
+    """A slot's actor whose worker died a moment ago makes distributed raise at the
+    call itself ("Worker holding Actor was lost"); the pool counts that call as lost,
+    as it does one whose worker dies while it runs (seen in CI: a round's direct merge
+    raised it instead of running the round again as tasks)."""
+    from bigrate.engines.base import LOST
+    from tests.engines.batching import pid_and_calls
+
+    with dask_engine.pinned() as pool:
+        pids = [r[0] for r in pool.run(pid_and_calls, [(0,), (1,)])]
+        slot = pool._slots[0]
+        os.kill(pids[0], signal.SIGKILL)  # a worker of this test's cluster
+        deadline = time.monotonic() + 60
+        while slot.future.status in ("finished", "pending"):
+            assert time.monotonic() < deadline, slot.future.status
+            time.sleep(0.1)
+        handle = pool._submit(slot, pid_and_calls, (0,))
+        assert pool._collect({0: handle}, 1.0) == {0: LOST}
+        # and the pool runs the call again on what is left of the cluster
+        out = pool.run(pid_and_calls, [(0,), (1,)])
+        assert [r[2] for r in out] == [0, 1] and pool.fallbacks >= 1
