@@ -130,3 +130,52 @@ def test_an_internal_kernel_runs_from_kernels_and_refuses_python_in_one_line():
     else:
         raise AssertionError("an internal kernel called from Python did not refuse")
     assert twice.py_func(3) == 6
+
+
+# run twice with one cache: makes, joins and steps over RowSequences as a cluster
+# worker's first round does, and prints every function numba compiles meanwhile
+_ROUND_LISTS = r"""
+import json
+from numba.core import event
+from bigrate.data.format import RowSequence
+from bigrate.linear.distributed import _tiny_block, warm_steps
+from bigrate.linear.steps import KernelConfig
+
+names = []
+
+
+class Listener(event.Listener):
+    def on_start(self, ev):
+        names.append(ev.data["dispatcher"].py_func.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", Listener())
+a = RowSequence([_tiny_block(), _tiny_block()])
+RowSequence.joined([a, RowSequence([_tiny_block()])])
+for mode in ("balanced", "pairs"):
+    warm_steps(KernelConfig(mode, 1.0, 1.0, 1e-4, 0.1, 0.01, 0.05, 1.0, 0, 0.01))
+print(json.dumps(names))
+"""
+
+
+def test_a_worker_s_row_sequences_compile_nothing_once_cached(tmp_path):
+    """The typed lists a RowSequence hands the step kernels are made by cached
+    kernels: numba's typed list methods called from Python compile on first use in
+    every process (2.5 s of a fresh worker's first round), the cached ones do not."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _ROUND_LISTS], capture_output=True,
+                           text=True, env=env, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert "np_sgd_steps_seq" in runs[0], runs[0]  # compiled cold here
+    assert runs[1] == [], runs[1]

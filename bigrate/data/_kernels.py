@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numba.typed import List
 
 from bigrate._jit import njit
 
@@ -20,6 +21,28 @@ def l2_normalize_rows(indptr, data):
             inv = 1.0 / np.sqrt(s)
             for k in range(indptr[i], indptr[i + 1]):
                 data[k] = data[k] * inv
+
+
+@njit(cache=True, nogil=True)
+def block_lists(indptr, indices, data):
+    """Three typed lists (indptr, indices, data of CSR blocks) holding one block:
+    made here, compiled and cached, not by the typed list's Python methods, which
+    compile on first use in every process."""
+    ptrs = List()
+    inds = List()
+    vals = List()
+    ptrs.append(indptr)
+    inds.append(indices)
+    vals.append(data)
+    return ptrs, inds, vals
+
+
+@njit(cache=True, nogil=True)
+def append_block(ptrs, inds, vals, indptr, indices, data):
+    """One more block appended to lists made by :func:`block_lists`."""
+    ptrs.append(indptr)
+    inds.append(indices)
+    vals.append(data)
 
 
 @njit(cache=True, nogil=True)

@@ -166,6 +166,14 @@ class RowBlock:
         )
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: every array of a :class:`RowSequence`'s lists has
+    the one type the cached list kernels were compiled for (Arrow's are read-only)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _reused(buffers: dict, key: str, size: int, dtype) -> np.ndarray:
     """The first ``size`` entries of the kept array ``buffers[key]``, grown by a
     quarter beyond the need when too small (or of another dtype)."""
@@ -177,13 +185,17 @@ def _reused(buffers: dict, key: str, size: int, dtype) -> np.ndarray:
 
 class RowSequence:
     """Row blocks read as one sequence of rows without stacking them: the source that
-    :func:`gather` copies chosen rows from (a sampler's buffer of decoded row groups is
-    never concatenated, only the rows drawn are copied, once)."""
+    :func:`gather` copies chosen rows from, and that the SGD step kernels read rows
+    from where they lie (a sampler's buffer of decoded row groups is never
+    concatenated).
+
+    The kernels take the blocks as numba typed lists. They are built by compiled,
+    cached functions (:func:`bigrate.data._kernels.block_lists`): the typed list's own
+    Python methods compile on their first use in every process, which a fresh
+    cluster worker paid in its first round (0.7 s to make lists, 1.8 s more to copy and
+    extend them)."""
 
     def __init__(self, blocks: list[RowBlock]):
-        from numba import types
-        from numba.typed import List
-
         if not blocks:
             raise ValueError("a RowSequence needs at least one block")
         self.starts = np.zeros(len(blocks) + 1, dtype=np.int64)
@@ -193,20 +205,63 @@ class RowSequence:
         self.row_id = np.concatenate([b.row_id for b in blocks])
         groups = [b.group for b in blocks]
         self.group = None if groups[0] is None else np.concatenate(groups)
+        self._arrays = [
+            (
+                _read_only(b.X.indptr.astype(np.int64)),
+                _read_only(np.ascontiguousarray(b.X.indices, dtype=np.int32)),
+                _read_only(np.ascontiguousarray(b.X.data, dtype=np.float32)),
+            )
+            for b in blocks
+        ]
+        self._lists()
 
-        # the kernel only reads: arrays straight from Arrow are read-only, copies not
-        def typed(dtype):
-            return List.empty_list(types.Array(dtype, 1, "C", readonly=True))
+    def _lists(self) -> None:
+        from bigrate.data import _kernels as K
 
-        self._ptrs, self._inds, self._vals = (
-            typed(types.int64),
-            typed(types.int32),
-            typed(types.float32),
+        self._ptrs, self._inds, self._vals = K.block_lists(*self._arrays[0])
+        for arrays in self._arrays[1:]:
+            K.append_block(self._ptrs, self._inds, self._vals, *arrays)
+
+    @classmethod
+    def joined(cls, seqs: list[RowSequence]) -> RowSequence:
+        """The rows of ``seqs`` one sequence after the other, as one sequence whose
+        blocks are theirs (the same arrays: no row is copied; only the labels and row
+        ids are concatenated). Sequence k's position p is position
+        ``offsets[k] + p`` of the result, ``offsets`` the start of each."""
+        if not seqs:
+            raise ValueError("joined needs at least one RowSequence")
+        if len(seqs) == 1:
+            return seqs[0]
+        out = cls.__new__(cls)
+        out.starts = np.concatenate(
+            [[0]]
+            + [
+                s.starts[1:] + off
+                for s, off in zip(seqs, cls.offsets(seqs), strict=True)
+            ]
+        ).astype(np.int64)
+        out.width = max(s.width for s in seqs)
+        out.y = np.concatenate([s.y for s in seqs])
+        out.row_id = np.concatenate([s.row_id for s in seqs])
+        out.group = (
+            None if seqs[0].group is None else np.concatenate([s.group for s in seqs])
         )
-        for b in blocks:
-            self._ptrs.append(b.X.indptr.astype(np.int64))
-            self._inds.append(np.ascontiguousarray(b.X.indices, dtype=np.int32))
-            self._vals.append(np.ascontiguousarray(b.X.data, dtype=np.float32))
+        out._arrays = [a for s in seqs for a in s._arrays]
+        out._lists()
+        return out
+
+    @staticmethod
+    def offsets(seqs: list[RowSequence]) -> np.ndarray:
+        """Where each of ``seqs`` starts in :meth:`joined` of them."""
+        return np.concatenate([[0], np.cumsum([len(s) for s in seqs[:-1]])]).astype(
+            np.int64
+        )
+
+    @property
+    def blocks(self) -> tuple:
+        """(indptr list, indices list, data list, starts): the sequence as the step
+        kernels that read rows where they lie take it."""
+        return self._ptrs, self._inds, self._vals, self.starts
 
     def __len__(self) -> int:
         return int(self.starts[-1])

@@ -104,6 +104,65 @@ def _flow_factor(loss, z, eta, h, kappa, dl):
     return room / dz
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _np_step(indptr, indices, data, i, yi, w_pos, w_neg, v, scale, b, lam, t,
+             lambda_c, gamma0, nu, rho, eta, loss, intercept_rate):  # fmt: skip
+    """One Alg. 4 step on row ``i`` of (indptr, indices, data), of label ``yi``,
+    updating v in place; returns (f, l, scale, b, lam, t): the row's decision value and
+    loss before the step, and the state after it."""
+    dot, sq = row_dot_sq(indptr, indices, data, i, v)
+    f = scale * dot + b
+    z = yi * f
+    l, dl = loss_and_derivative(loss, z, eta)
+    gamma = gamma0 / (1.0 + lambda_c * t)
+    a = w_pos if yi > 0 else lam * w_neg
+    scale *= 1.0 - gamma * lambda_c
+    g = gamma * a * dl * yi
+    g *= _flow_factor(loss, z, eta, gamma * a, sq + intercept_rate, dl)
+    if g != 0.0:
+        row_axpy(indptr, indices, data, i, -g / scale, v)
+        b -= intercept_rate * g
+    if yi < 0:
+        lam = _updated_multiplier(lam, 1.0 + nu * (l - rho))
+    t += 1.0
+    scale = _rescaled(v, scale)
+    return f, l, scale, b, lam, t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tally(yi, f, l, tally):
+    """``tally`` (n_neg, sum l over negatives, false alarms, n_pos, sum l over
+    positives, misses) with the step of label ``yi``, decision value ``f`` and loss
+    ``l`` counted (scalars in the loop: array writes there would alias v and stay in
+    memory)."""
+    n_neg, s_neg, fa, n_pos, s_pos, miss = tally
+    if yi > 0:
+        return (
+            n_neg,
+            s_neg,
+            fa,
+            n_pos + 1.0,
+            s_pos + l,
+            miss + (1.0 if f <= 0.0 else 0.0),
+        )
+    return n_neg + 1.0, s_neg + l, fa + (1.0 if f >= 0.0 else 0.0), n_pos, s_pos, miss
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_tally(stats, tally):
+    for k in range(6):
+        stats[k] += tally[k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_of(starts, g, b):
+    """The block of a row sequence that holds position ``g``: ``b`` when it does (runs
+    of one block are the rule), else found by bisection of the block ``starts``."""
+    if starts[b] <= g < starts[b + 1]:
+        return b
+    return np.searchsorted(starts, g, side="right") - 1
+
+
 @njit(cache=True, nogil=True)
 def np_sgd_steps(
     indptr,
@@ -139,54 +198,100 @@ def np_sgd_steps(
     phi is 1 but where the step would throw the example's margin past where its loss
     is flat (:func:`_flow_factor`: the step along the loss's gradient flow).
     """
-    scale = state[0]
-    b = state[1]
-    lam = state[2]
-    t = state[3]
-    # scalar accumulators (array writes in the loop would alias v and stay in memory)
-    n_neg = 0.0
-    s_neg = 0.0
-    fa = 0.0
-    n_pos = 0.0
-    s_pos = 0.0
-    miss = 0.0
+    scale, b, lam, t = state[0], state[1], state[2], state[3]
+    tally = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     for j in range(order.shape[0]):
         i = order[j]
-        dot, sq = row_dot_sq(indptr, indices, data, i, v)
-        f = scale * dot + b
         yi = y[i]
-        z = yi * f
-        l, dl = loss_and_derivative(loss, z, eta)
-        gamma = gamma0 / (1.0 + lambda_c * t)
-        if yi > 0:
-            a = w_pos
-            n_pos += 1.0
-            s_pos += l
-            if f <= 0.0:
-                miss += 1.0
-        else:
-            a = lam * w_neg
-            n_neg += 1.0
-            s_neg += l
-            if f >= 0.0:
-                fa += 1.0
-        scale *= 1.0 - gamma * lambda_c
-        g = gamma * a * dl * yi
-        g *= _flow_factor(loss, z, eta, gamma * a, sq + intercept_rate, dl)
-        if g != 0.0:
-            row_axpy(indptr, indices, data, i, -g / scale, v)
-            b -= intercept_rate * g
-        if yi < 0:
-            lam = _updated_multiplier(lam, 1.0 + nu * (l - rho))
-        t += 1.0
-        scale = _rescaled(v, scale)
-    stats[0] += n_neg
-    stats[1] += s_neg
-    stats[2] += fa
-    stats[3] += n_pos
-    stats[4] += s_pos
-    stats[5] += miss
+        f, l, scale, b, lam, t = _np_step(indptr, indices, data, i, yi, w_pos, w_neg,
+                                          v, scale, b, lam, t, lambda_c, gamma0, nu,
+                                          rho, eta, loss, intercept_rate)  # fmt: skip
+        tally = _tally(yi, f, l, tally)
+    _add_tally(stats, tally)
     return _store(state, scale, b, lam, t)
+
+
+@njit(cache=True, nogil=True)
+def np_sgd_steps_seq(
+    ptrs,
+    inds,
+    vals,
+    starts,
+    y,
+    order,
+    w_pos,
+    w_neg,
+    v,
+    state,
+    lambda_c,
+    gamma0,
+    nu,
+    rho,
+    eta,
+    loss,
+    intercept_rate,
+    stats,
+):
+    """:func:`np_sgd_steps` on the rows of a sequence of CSR blocks where they lie,
+    without copying them into one matrix first: ``order`` holds positions in the
+    sequence, block k holding its positions ``starts[k]:starts[k + 1]`` (``ptrs[k]``,
+    ``inds[k]``, ``vals[k]``: its indptr, indices and data), ``y`` the labels by
+    position. The same steps, bit for bit, as on the gathered rows."""
+    scale, b, lam, t = state[0], state[1], state[2], state[3]
+    tally = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    k = 0
+    ptr, ind, val = ptrs[0], inds[0], vals[0]
+    for j in range(order.shape[0]):
+        g = order[j]
+        kk = _block_of(starts, g, k)
+        if kk != k:
+            k = kk
+            ptr, ind, val = ptrs[k], inds[k], vals[k]
+        yi = y[g]
+        f, l, scale, b, lam, t = _np_step(ptr, ind, val, g - starts[k], yi, w_pos,
+                                          w_neg, v, scale, b, lam, t, lambda_c, gamma0,
+                                          nu, rho, eta, loss, intercept_rate)  # fmt: skip
+        tally = _tally(yi, f, l, tally)
+    _add_tally(stats, tally)
+    return _store(state, scale, b, lam, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_step(pp, pi, pv, ip, np_, ni, nv, ineg, v, scale, b, lam, t, lambda_c,
+               gamma0, nu, q, eta, loss, intercept_rate, stats):  # fmt: skip
+    """One section 4 step on positive row ``ip`` of (pp, pi, pv) and negative row
+    ``ineg`` of (np_, ni, nv), updating v and ``stats`` in place; returns the state
+    (scale, b, lam, t) after it."""
+    dot, sqp = row_dot_sq(pp, pi, pv, ip, v)
+    fp = scale * dot + b
+    dot, sqn = row_dot_sq(np_, ni, nv, ineg, v)
+    fn = scale * dot + b
+    lp, dlp = loss_and_derivative(loss, fp, eta)
+    ln, dln = loss_and_derivative(loss, -fn, eta)
+    stats[3] += 1.0
+    stats[4] += lp
+    if fp <= 0.0:
+        stats[5] += 1.0
+    stats[0] += 1.0
+    stats[1] += ln
+    if fn >= 0.0:
+        stats[2] += 1.0
+    gamma = gamma0 / (1.0 + lambda_c * t)
+    scale *= 1.0 - gamma * lambda_c
+    hp = gamma * (1.0 + lam * q)
+    gp = hp * dlp  # y = +1
+    gp *= _flow_factor(loss, fp, eta, hp, sqp + intercept_rate, dlp)
+    gn = -gamma * lam * dln  # y = -1
+    gn *= _flow_factor(loss, -fn, eta, gamma * lam, sqn + intercept_rate, dln)
+    if gp != 0.0:
+        row_axpy(pp, pi, pv, ip, -gp / scale, v)
+    if gn != 0.0:
+        row_axpy(np_, ni, nv, ineg, -gn / scale, v)
+    b -= intercept_rate * (gp + gn)
+    lam = _updated_multiplier(lam, 1.0 + nu * (ln - q * (1.0 - lp)))
+    t += 1.0
+    scale = _rescaled(v, scale)
+    return scale, b, lam, t
 
 
 @njit(cache=True, nogil=True)
@@ -215,42 +320,54 @@ def qvalue_sgd_steps(
     Each row's step is taken along its loss's gradient flow where it is large
     (:func:`_flow_factor`).
     """
-    scale = state[0]
-    b = state[1]
-    lam = state[2]
-    t = state[3]
+    scale, b, lam, t = state[0], state[1], state[2], state[3]
     for j in range(pos_order.shape[0]):
-        ip = pos_order[j]
-        ineg = neg_order[j]
-        dot, sqp = row_dot_sq(indptr, indices, data, ip, v)
-        fp = scale * dot + b
-        dot, sqn = row_dot_sq(indptr, indices, data, ineg, v)
-        fn = scale * dot + b
-        lp, dlp = loss_and_derivative(loss, fp, eta)
-        ln, dln = loss_and_derivative(loss, -fn, eta)
-        stats[3] += 1.0
-        stats[4] += lp
-        if fp <= 0.0:
-            stats[5] += 1.0
-        stats[0] += 1.0
-        stats[1] += ln
-        if fn >= 0.0:
-            stats[2] += 1.0
-        gamma = gamma0 / (1.0 + lambda_c * t)
-        scale *= 1.0 - gamma * lambda_c
-        hp = gamma * (1.0 + lam * q)
-        gp = hp * dlp  # y = +1
-        gp *= _flow_factor(loss, fp, eta, hp, sqp + intercept_rate, dlp)
-        gn = -gamma * lam * dln  # y = -1
-        gn *= _flow_factor(loss, -fn, eta, gamma * lam, sqn + intercept_rate, dln)
-        if gp != 0.0:
-            row_axpy(indptr, indices, data, ip, -gp / scale, v)
-        if gn != 0.0:
-            row_axpy(indptr, indices, data, ineg, -gn / scale, v)
-        b -= intercept_rate * (gp + gn)
-        lam = _updated_multiplier(lam, 1.0 + nu * (ln - q * (1.0 - lp)))
-        t += 1.0
-        scale = _rescaled(v, scale)
+        scale, b, lam, t = _pair_step(indptr, indices, data, pos_order[j], indptr,
+                                      indices, data, neg_order[j], v, scale, b, lam,
+                                      t, lambda_c, gamma0, nu, q, eta, loss,
+                                      intercept_rate, stats)  # fmt: skip
+    return _store(state, scale, b, lam, t)
+
+
+@njit(cache=True, nogil=True)
+def qvalue_sgd_steps_seq(
+    ptrs,
+    inds,
+    vals,
+    starts,
+    pos_order,
+    neg_order,
+    v,
+    state,
+    lambda_c,
+    gamma0,
+    nu,
+    q,
+    eta,
+    loss,
+    intercept_rate,
+    stats,
+):
+    """:func:`qvalue_sgd_steps` on the rows of a sequence of CSR blocks where they lie
+    (positions, blocks and ``starts`` as in :func:`np_sgd_steps_seq`)."""
+    scale, b, lam, t = state[0], state[1], state[2], state[3]
+    kp = kn = 0
+    pp, pi, pv = ptrs[0], inds[0], vals[0]
+    np_, ni, nv = ptrs[0], inds[0], vals[0]
+    for j in range(pos_order.shape[0]):
+        gp, gn = pos_order[j], neg_order[j]
+        k = _block_of(starts, gp, kp)
+        if k != kp:
+            kp = k
+            pp, pi, pv = ptrs[k], inds[k], vals[k]
+        k = _block_of(starts, gn, kn)
+        if k != kn:
+            kn = k
+            np_, ni, nv = ptrs[k], inds[k], vals[k]
+        scale, b, lam, t = _pair_step(pp, pi, pv, gp - starts[kp], np_, ni, nv,
+                                      gn - starts[kn], v, scale, b, lam, t, lambda_c,
+                                      gamma0, nu, q, eta, loss, intercept_rate,
+                                      stats)  # fmt: skip
     return _store(state, scale, b, lam, t)
 
 

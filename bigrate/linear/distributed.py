@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bigrate.data.format import RowBlock, RowSequence
 from bigrate.data.reader import ShardedDataset
 from bigrate.engines.base import ClusterLost, Reduced
 from bigrate.files import atomic_write_text, current_umask, jsonable, replace_dir
@@ -57,6 +58,7 @@ from bigrate.linear.steps import (
     SGDState,
     StateSum,
     add_state_sums,
+    run_steps,
     steps_from,
 )
 from bigrate.progress import Progress
@@ -228,7 +230,8 @@ def sgd_round(task: RoundTask, state: SGDState) -> dict:
         "cache_misses": cache.misses,
         "seconds": time.perf_counter() - t0,  # reading, decoding and steps
         # where the task's time went: reading + decoding + checking the row groups
-        # (cache misses), copying the drawn rows into chunks, the SGD steps, the rest
+        # (cache misses), assembling chunks (joining the buffers they draw from: no row
+        # is copied), the SGD steps, the rest
         # (opening the dataset, the sampler, the state)
         "read_s": read,
         "gather_s": sampler.gather_s,
@@ -282,27 +285,36 @@ def sgd_task(start, task: RoundTask) -> RoundSum:
 
 
 def warm_steps(cfg: KernelConfig) -> dict:
-    """A task run once on every worker slot before the first round: the step kernels of
-    ``cfg`` loaded where it runs (from numba's cache, or compiled) by a few steps on a
-    tiny problem, so that the first round pays no more than the others; returns its
-    seconds and process id."""
+    """A task run once on every worker slot before the first round: the step kernels
+    the rounds use (those that read rows where they lie in the decoded row groups)
+    loaded where it runs (from numba's cache, or compiled) by a few steps on a tiny
+    problem, so that the first round pays no more than the others; returns its seconds
+    and process id."""
+    t = time.perf_counter()
+    rows = RowSequence([_tiny_block()])
+    y = rows.y
+    order = np.arange(len(y), dtype=np.int64)
+    if cfg.mode == "pairs":
+        order = (order[y > 0], order[y < 0])
+    v, state = SGDState(np.zeros(rows.width), 0.0, 1.0, 0.0).kernel_state()
+    run_steps(cfg, v, state, rows, y, order, np.zeros(6))
+    return {"seconds": time.perf_counter() - t, "pid": os.getpid()}
+
+
+def _tiny_block() -> RowBlock:
+    """64 random sparse rows of 8 features, the classes alternating (a warm-up's)."""
     import scipy.sparse as sp
 
-    from bigrate.linear.sampler import InMemorySampler
-
-    t = time.perf_counter()
     X = sp.random(64, 8, density=0.5, format="csr", dtype=np.float32, random_state=0)
     y = np.where(np.arange(64) % 2 == 0, 1, -1).astype(np.int8)
-    sampler = InMemorySampler(X.tocsr(), y, cfg.mode, 0)
-    steps_from(cfg, SGDState(np.zeros(8), 0.0, 1.0, 0.0), sampler, 16, np.zeros(6))
-    return {"seconds": time.perf_counter() - t, "pid": os.getpid()}
+    return RowBlock(X.tocsr(), y, np.arange(64, dtype=np.int64))
 
 
 def _round_costs(timing: list, st: SGDState) -> dict:
     """Where a round's time goes, medians over this fit's rounds: the tasks' wall
     time seen by the driver, the slowest and the mean task (measured inside the task),
-    the mean task's parts (reading + decoding + checking row groups, copying the drawn
-    rows, the SGD steps, the rest: the median mean task split in the shares the parts
+    the mean task's parts (reading + decoding + checking row groups, assembling the
+    chunks, the SGD steps, the rest: the median mean task split in the shares the parts
     took over all rounds, so they add up to it), what the driver waits beyond the
     slowest task (the state and the task sent, scheduling, the results returned:
     communication and scheduling), the merge, and the bytes of the state sent to each

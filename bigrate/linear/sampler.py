@@ -1,7 +1,10 @@
 """Class-balanced sampling, in memory and out of core.
 
-A sampler hands the learner *chunks*: a CSR matrix, its labels and an ``order`` of row
-indices into it, the sequence of examples the SGD kernel visits.
+A sampler hands the learner *chunks*: rows, their labels and an ``order`` of row
+indices into them, the sequence of examples the SGD kernel visits. In memory the rows are
+the CSR matrix itself; out of core they are the shuffle buffers' decoded row groups
+where they lie (a :class:`~bigrate.data.format.RowSequence`), which the step kernels
+read through the positions: a drawn row is never copied.
 
 * Balanced (``balanced=True``): each step draws the positive class with probability 1/2;
   an **epoch** is 2 * max(n+, n-) steps, so the larger class is seen about once.
@@ -348,7 +351,8 @@ class _ShardClassStream:
         self.at = 0
 
     def take(self, k: int) -> list[tuple[RowSequence, np.ndarray]]:
-        """The next ``k`` rows as (buffer, row positions) pieces, for :func:`gather`."""
+        """The next ``k`` rows as (buffer, row positions) pieces (a chunk reads them where
+        they lie: :meth:`ShardSampler.next`)."""
         out = []
         while k > 0:
             left = len(self.perm) - self.at
@@ -371,11 +375,14 @@ def row_group_units(files) -> list:
 class ShardSampler:
     """Out-of-core sampler over the shards of one split (or of given row-group units).
 
-    Each chunk is a CSR of the drawn rows (one gather from the class buffers,
-    :func:`~bigrate.data.format.gather`) whose arrays are reused by the next chunk:
-    a chunk is valid until the next call of :meth:`next`. The drawn rows' ``row_id``s
-    in step order are kept in ``last_row_ids`` for replay and tests. ``cache`` keeps
-    decoded row groups of the classes in ``cached`` across samplers (see
+    Each chunk is the rows drawn where they lie in the class buffers: a
+    :class:`~bigrate.data.format.RowSequence` joining the buffers the chunk draws from
+    (their blocks, not copies of their rows), its labels by position, and the
+    positions in step order, which the step kernels read rows through
+    (:func:`~bigrate.linear.steps.run_steps`); no row is copied into a chunk. A chunk
+    is valid until the next call of :meth:`next`. The drawn rows' ``row_id``s in step
+    order are kept in ``last_row_ids`` for replay and tests. ``cache`` keeps decoded
+    row groups of the classes in ``cached`` across samplers (see
     :class:`RowGroupCache`).
     """
 
@@ -416,41 +423,58 @@ class ShardSampler:
             cache if "neg" in cached else None, shuffle_block,
         )  # fmt: skip
         self.last_row_ids: np.ndarray | None = None
-        self.gather_s = 0.0  # copying the drawn rows into chunks
-        self._chunk_buffers: dict = {}  # a chunk's CSR arrays, reused by the next
+        self.gather_s = 0.0  # assembling chunks (joining the buffers they draw from)
+        self._joined: tuple = ((), None)  # the buffers last joined, and their join
 
     @property
     def read_s(self) -> float:
         """Seconds spent reading, decoding and checking row groups (cache misses)."""
         return self.pos.read_s + self.neg.read_s
 
-    def _gather(self, pieces) -> RowBlock:
+    def _chunk(self, *draws) -> tuple[RowSequence, list[np.ndarray]]:
+        """The join of the buffers that ``draws`` (lists of (buffer, positions)
+        pieces, from :meth:`_ShardClassStream.take`) take rows from, and each draw's
+        positions in it. Consecutive chunks draw from the same two buffers until one
+        class refills, so the join is kept and made again only then."""
         t = time.perf_counter()
-        out = gather(pieces, self._chunk_buffers)
+        seqs: list = []
+        for pieces in draws:
+            for seq, _ in pieces:
+                if not any(seq is s for s in seqs):
+                    seqs.append(seq)
+        kept, joined = self._joined
+        if len(kept) != len(seqs) or any(
+            a is not b for a, b in zip(kept, seqs, strict=True)
+        ):
+            joined = RowSequence.joined(seqs)
+            self._joined = (tuple(seqs), joined)
+        at = {
+            id(s): off for s, off in zip(seqs, RowSequence.offsets(seqs), strict=True)
+        }
+        where = [
+            np.concatenate([at[id(seq)] + rows for seq, rows in pieces])
+            if pieces
+            else np.empty(0, dtype=np.int64)
+            for pieces in draws
+        ]
         self.gather_s += time.perf_counter() - t
-        return out
+        return joined, where
 
     def next(self, steps: int):
+        """(rows, y, order) for ``steps`` steps: ``rows`` a RowSequence, ``y`` its
+        labels by position and ``order`` the positions in step order (with mode
+        'pairs', a tuple: the positives' and the negatives')."""
         if self.mode == "pairs":
-            pieces = self.pos.take(steps) + self.neg.take(steps)
-            both = self._gather(pieces)
-            self.last_row_ids = both.row_id
-            return (
-                both.X,
-                both.y,
-                (
-                    np.arange(steps, dtype=np.int64),
-                    np.arange(steps, 2 * steps, dtype=np.int64),
-                ),
-            )
+            rows, (p, n) = self._chunk(self.pos.take(steps), self.neg.take(steps))
+            self.last_row_ids = rows.row_id[np.concatenate([p, n])]
+            return rows, rows.y, (p, n)
         is_pos = _class_mask(
             self.rng, steps, self.mode, self.n_pos / (self.n_pos + self.n_neg)
         )
         k = int(is_pos.sum())
-        pieces = self.pos.take(k) + self.neg.take(steps - k)
-        both = self._gather(pieces)
+        rows, (p, n) = self._chunk(self.pos.take(k), self.neg.take(steps - k))
         order = np.empty(steps, dtype=np.int64)
-        order[is_pos] = np.arange(k)
-        order[~is_pos] = np.arange(k, steps)
-        self.last_row_ids = both.row_id[order]
-        return both.X, both.y, order
+        order[is_pos] = p
+        order[~is_pos] = n
+        self.last_row_ids = rows.row_id[order]
+        return rows, rows.y, order

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from bigrate.data.format import RowSequence
 from bigrate.linear import _kernels as K
 from bigrate.linear.sampler import steps_per_epoch
 
@@ -39,15 +40,30 @@ def run_steps(
     order,
     stats: np.ndarray,
 ) -> None:
-    """Run the steps of one chunk in place on (v, state); raise on divergence."""
-    rows = (X.indptr, X.indices, X.data)
-    # the model, its multiplier and the step sizes: the same for both kernels
+    """Run the steps of one chunk in place on (v, state); raise on divergence.
+
+    ``X``: a CSR matrix, or a :class:`~bigrate.data.format.RowSequence` whose rows the
+    kernels read where they lie (an out-of-core sampler's chunk); ``order`` indexes
+    its rows (and ``y``), a (positives, negatives) pair with mode 'pairs'."""
+    # the model, its multiplier and the step sizes: the same for every kernel
     rest = (v, state, cfg.lambda_c, cfg.gamma0, cfg.nu, cfg.target, cfg.eta,
             cfg.loss, cfg.intercept_rate, stats)  # fmt: skip
-    if cfg.mode == "pairs":
-        status = K.qvalue_sgd_steps(*rows, order[0], order[1], *rest)
+    if isinstance(X, RowSequence):
+        n = len(X)
+        for o in order if cfg.mode == "pairs" else (order,):
+            if len(o) and (o.min() < 0 or o.max() >= n):
+                raise IndexError(f"chunk positions must lie in [0, {n})")
+        rows, pairs, single = X.blocks, K.qvalue_sgd_steps_seq, K.np_sgd_steps_seq
     else:
-        status = K.np_sgd_steps(*rows, y, order, cfg.w_pos, cfg.w_neg, *rest)
+        rows, pairs, single = (
+            (X.indptr, X.indices, X.data),
+            K.qvalue_sgd_steps,
+            K.np_sgd_steps,
+        )
+    if cfg.mode == "pairs":
+        status = pairs(*rows, order[0], order[1], *rest)
+    else:
+        status = single(*rows, y, order, cfg.w_pos, cfg.w_neg, *rest)
     if status == K.NON_FINITE:
         raise FloatingPointError(
             f"training diverged at step {int(state[3])}: w, b or the multiplier became "

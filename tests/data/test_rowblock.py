@@ -153,3 +153,20 @@ def test_gather_into_kept_buffers_reuses_them_and_stays_exact():
         grown += kept["indices"] is not before
     assert shared >= 3 and grown == 2  # the first call, and for 160 rows
     assert len(kept["indices"]) >= got.X.nnz
+
+
+def test_joined_sequences_hold_the_rows_of_each_at_their_offsets_without_copies():
+    from bigrate.data.format import RowSequence, gather
+
+    rng = np.random.default_rng(7)
+    blocks = [_block(rng, n, 30) for n in (50, 0, 80, 33)]
+    a, b = RowSequence(blocks[:2]), RowSequence(blocks[2:])
+    c = RowSequence([_widen_to(_block(rng, 20, 12), 12)])
+    j = RowSequence.joined([a, b, c])
+    off = RowSequence.offsets([a, b, c])
+    assert off.tolist() == [0, 50, 163] and len(j) == 183 and j.width == 30
+    for seq, o in ((a, 0), (b, 50), (c, 163)):
+        rows = rng.integers(0, len(seq), 40)
+        _same(gather([(j, o + rows)]), _widen_to(gather([(seq, rows)]), 30))
+    assert np.shares_memory(j._inds[3], blocks[3].X.indices)  # the blocks themselves
+    assert RowSequence.joined([a]) is a

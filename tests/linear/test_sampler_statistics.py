@@ -50,8 +50,8 @@ def _draws_streaming(ds, mode, steps, buffer_rows, chunk=4096):
     while sum(map(len, ids)) < steps:
         X, yy, order = s.next(min(chunk, steps - sum(map(len, ids))))
         ids.append(s.last_row_ids)
-        # pairs: order is (positives, negatives), the rows in that order already
-        labels.append(yy if mode == "pairs" else yy[order])
+        # pairs: order is (positives' positions, negatives' positions)
+        labels.append(yy[np.concatenate(order)] if mode == "pairs" else yy[order])
     return np.concatenate(ids), np.concatenate(labels)
 
 

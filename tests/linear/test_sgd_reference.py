@@ -213,3 +213,47 @@ def test_flow_root_solves_its_equation():
     for T in (-1e12, -37.0, -1.0, -1e-9, 0.0, 1e-9, 0.3, 4.0, 123.0, 1e15):
         u = _flow_root(T)
         assert 2 * u + 2 * np.sinh(u) == pytest.approx(T, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("mode", ["balanced", "pairs"])
+@pytest.mark.parametrize("loss", ["sigmoid", "ramp"])
+def test_steps_on_rows_where_they_lie_equal_steps_on_the_gathered_rows(mode, loss):
+    """Out of core, the step kernels read a chunk's rows in the sampler's buffers
+    (a RowSequence of decoded row groups, several buffers joined): the same steps, bit
+    for bit, as on the rows first copied into one CSR matrix in step order."""
+    from bigrate.data.format import RowBlock, RowSequence, gather
+
+    rng = np.random.default_rng(3)
+
+    def block(n):
+        X = sp.random(n, 40, density=0.2, format="csr", dtype=np.float32,
+                      random_state=rng)  # fmt: skip
+        y = rng.choice(np.array([-1, 1], dtype=np.int8), n)
+        return RowBlock(X, y, rng.integers(0, 10**9, n))
+
+    seq = RowSequence.joined(
+        [RowSequence([block(n) for n in (90, 0, 7, 150)]), RowSequence([block(60)])]
+    )
+    pos, neg = np.flatnonzero(seq.y > 0), np.flatnonzero(seq.y < 0)
+    steps = 3000  # rows drawn with repeats, hopping between the blocks
+    cfg = KernelConfig(mode, 1.0, 1.0, 1e-3, 0.5, 0.05, 0.1, 2.0, loss_code(loss), 0.1)
+    if mode == "pairs":
+        order = (rng.choice(pos, steps), rng.choice(neg, steps))
+        chunk = gather([(seq, order[0]), (seq, order[1])])
+        flat = (np.arange(steps), np.arange(steps, 2 * steps))
+    else:
+        order = rng.integers(0, len(seq), steps)
+        chunk = gather([(seq, order)])
+        flat = np.arange(steps)
+    runs = []
+    for X, y, o in ((seq, seq.y, order), (chunk.X, chunk.y, flat)):
+        v, state, stats = np.zeros(40), np.array([1.0, 0.0, 1.0, 0.0]), np.zeros(6)
+        run_steps(cfg, v, state, X, y, o, stats)
+        runs.append((v, state, stats))
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert np.abs(runs[0][0]).sum() > 0 and runs[0][1][2] != 1.0  # steps were taken
+    with pytest.raises(IndexError, match="chunk positions"):
+        bad = (order[0], order[1] + len(seq)) if mode == "pairs" else order + len(seq)
+        run_steps(cfg, np.zeros(40), np.array([1.0, 0, 1, 0]), seq, seq.y, bad,
+                  np.zeros(6))  # fmt: skip
