@@ -17,6 +17,11 @@ def test_warm_writes_the_compiled_kernels_where_numba_caches(tmp_path):
     written = {f.name for f in cache.rglob("*.nbi")}
     assert any("np_sgd_steps" in n for n in written), written
     assert any("qvalue_sgd_steps" in n for n in written), written
+    # and what a cluster worker's rounds run: the shard reader's kernels, the lists
+    # of decoded row groups and the steps on rows where they lie
+    for kernel in ("np_sgd_steps_seq", "qvalue_sgd_steps_seq", "block_lists",
+                   "copy_indices_checked"):  # fmt: skip
+        assert any(kernel in n for n in written), (kernel, written)
     # a second process finds them: nothing new is compiled
     before = {f: f.stat().st_mtime_ns for f in cache.rglob("*.nbc")}
     p = run_cli("warm", "--estimator", "NeymanPearsonSGD", env=env)
