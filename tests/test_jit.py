@@ -61,13 +61,11 @@ def test_every_kernel_of_the_package_uses_the_one_version_dispatcher():
     assert not plain, plain
 
 
-# run in a fresh process with an empty cache: prints every function numba compiles
-# while an AUMLinearClassifier is fitted
-_COLD_FIT = r"""
+# the start of a script run in a fresh process: every function numba compiles from
+# then on is listed in ``names``
+_LISTEN = r"""
 import json
-import numpy as np
 from numba.core import event
-from bigrate import AUMLinearClassifier
 
 names = []
 
@@ -81,12 +79,22 @@ class Listener(event.Listener):
 
 
 event.register("numba:compile", Listener())
+"""
+
+# ... while an AUMLinearClassifier is fitted (in a process with an empty cache)
+_COLD_FIT = (
+    _LISTEN
+    + r"""
+import numpy as np
+from bigrate import AUMLinearClassifier
+
 rng = np.random.default_rng(0)
 X = rng.normal(size=(200, 5))
 y = np.where(X[:, 0] + rng.normal(size=200) > 0, 1, -1)
 AUMLinearClassifier().fit(X, y)
 print(json.dumps(names))
 """
+)
 
 
 def test_a_cold_aum_fit_does_not_compile_numba_s_slice_shape_error(tmp_path):
@@ -132,33 +140,22 @@ def test_an_internal_kernel_runs_from_kernels_and_refuses_python_in_one_line():
     assert twice.py_func(3) == 6
 
 
-# run twice with one cache: makes, joins and steps over RowSequences as a cluster
-# worker's first round does, and prints every function numba compiles meanwhile
-_ROUND_LISTS = r"""
-import json
-from numba.core import event
+# ... while RowSequences are made, joined and stepped over as a cluster worker's first
+# round does (run twice with one cache)
+_ROUND_LISTS = (
+    _LISTEN
+    + r"""
 from bigrate.data.format import RowSequence
 from bigrate.linear.distributed import _tiny_block, warm_steps
 from bigrate.linear.steps import KernelConfig
 
-names = []
-
-
-class Listener(event.Listener):
-    def on_start(self, ev):
-        names.append(ev.data["dispatcher"].py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
-
-
-event.register("numba:compile", Listener())
 a = RowSequence([_tiny_block(), _tiny_block()])
 RowSequence.joined([a, RowSequence([_tiny_block()])])
 for mode in ("balanced", "pairs"):
     warm_steps(KernelConfig(mode, 1.0, 1.0, 1e-4, 0.1, 0.01, 0.05, 1.0, 0, 0.01))
 print(json.dumps(names))
 """
+)
 
 
 def test_a_worker_s_row_sequences_compile_nothing_once_cached(tmp_path):
