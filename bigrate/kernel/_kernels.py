@@ -28,6 +28,13 @@ OK = 0
 MAX_ITER = 1
 TAU = 1e-12
 
+# rows of the row cache's bookkeeping arrays in ``kp`` (see :func:`_row`): per
+# variable, per cache slot, the clock's ticks; and the kernel's parameters
+VA_SLOT, VA_ACT, VA_BUF = 0, 1, 2
+SL_ROW, SL_USED, SL_FULL, SL_TIME = 0, 1, 2, 3
+TK_CLOCK, TK_REACT = 0, 1
+P_KIND, P_SPARSE, P_GAMMA, P_COEF0, P_DEGREE = 0, 1, 2, 3, 4
+
 
 @njit(cache=True, nogil=True, inline="always")
 def _kval(kind, s, sqi, sqj, gamma, coef0, degree):
@@ -52,8 +59,15 @@ def _dot_rows(X, i, j):
 def _fill_cols(kp, i, cols, c0, c1, out):
     """out[j] = K(x_i, x_j) for j in cols[c0:c1]: the inner products first, then the
     kernel function in a second loop (exp pipelines better on its own)."""
-    Xd, indptr, indices, data, sparse, sq, kind, gamma, coef0, degree, work = kp[:11]
-    if sparse:
+    Xd, indptr, indices, data, sq, work = kp[:6]
+    par = kp[10]
+    kind, gamma, coef0, degree = (
+        int(par[P_KIND]),
+        par[P_GAMMA],
+        par[P_COEF0],
+        int(par[P_DEGREE]),
+    )
+    if par[P_SPARSE] != 0.0:
         for k in range(indptr[i], indptr[i + 1]):
             work[indices[k]] = data[k]
         for c in range(c0, c1):
@@ -84,62 +98,68 @@ def _row(i, kp, cols, m, full, stats):
     """Row i of K, valid at least on the active columns ``cols[:m]`` (on every column
     with ``full``), from the cache or computed into the least recently used slot.
 
-    ``kp`` bundles the inputs and the cache: (Xd, indptr, indices, data, sparse, sq,
-    kind, gamma, coef0, degree, work, cache, slot_of, row_of, last_used, clock,
-    slot_full, slot_time, act_time, last_react, colbuf). A slot holds a full row, or a
-    partial one: at time ``slot_time`` (a tick of ``clock``) it held every column then
-    active. A column reactivated later (``act_time``, stamped by :func:`_reactivate`;
-    ``last_react`` is the latest such stamp) is computed when the row is next used, so
-    partial rows stay useful across reconstructions and across solves, as libsvm's
-    rows keep their computed prefix."""
-    cache, slot_of, row_of, last_used, clock = kp[11:16]
-    slot_full, slot_time, act_time, last_react, colbuf = kp[16:]
+    ``kp`` bundles the inputs and the cache (:meth:`KernelProblem._kp
+    <bigrate.kernel.smo.KernelProblem>`): (Xd, indptr, indices, data, sq, work,
+    cache, var, slot, tick, par), with the cache's bookkeeping in three int64 arrays:
+    ``var`` per variable (its slot or -1, when it was last reactivated, and a column
+    buffer), ``slot`` per cache slot (its row or -1, when it was last used, whether it
+    holds the full row, since when it holds the then active columns) and ``tick``
+    (the clock, the last reactivation), and the kernel's parameters in ``par``
+    (``P_*``). A slot holds a full row, or a partial one: at time
+    ``slot[SL_TIME]`` (a tick of the clock) it held every column then active. A
+    column reactivated later (``var[VA_ACT]``, stamped by :func:`_reactivate`) is
+    computed when the row is next used, so partial rows stay useful across
+    reconstructions and across solves, as libsvm's rows keep their computed prefix.
+    (Few arrays in ``kp``: a cold process's compile of every kernel taking it grows
+    with its members.)"""
+    cache, var, slot, tick = kp[6:10]
     n = cols.shape[0]
-    clock[0] += 1
-    now = clock[0]
-    s = slot_of[i]
+    tick[TK_CLOCK] += 1
+    now = tick[TK_CLOCK]
+    s = var[VA_SLOT, i]
     if s >= 0:
-        last_used[s] = now
+        slot[SL_USED, s] = now
         row = cache[s]
-        if slot_full[s] or (not full and slot_time[s] > last_react[0]):
+        if slot[SL_FULL, s] or (not full and slot[SL_TIME, s] > tick[TK_REACT]):
             stats[0] += 1
             return row
         stats[1] += 1
         # active columns reactivated since the row was last completed
-        t0 = slot_time[s]
-        if t0 < last_react[0]:
+        t0 = slot[SL_TIME, s]
+        if t0 < tick[TK_REACT]:
+            colbuf = var[VA_BUF]
             k = 0
             for c in range(m):
-                if act_time[cols[c]] > t0:
+                if var[VA_ACT, cols[c]] > t0:
                     colbuf[k] = cols[c]
                     k += 1
             _fill_cols(kp, i, colbuf, 0, k, row)
         if full or m == n:
             _fill_cols(kp, i, cols, m, n, row)
-            slot_full[s] = 1
-        slot_time[s] = now
+            slot[SL_FULL, s] = 1
+        slot[SL_TIME, s] = now
         return row
     s = 0
-    best = last_used[0]
-    for k in range(1, last_used.shape[0]):
-        if last_used[k] < best:
-            best = last_used[k]
+    best = slot[SL_USED, 0]
+    for k in range(1, slot.shape[1]):
+        if slot[SL_USED, k] < best:
+            best = slot[SL_USED, k]
             s = k
-    old = row_of[s]
+    old = slot[SL_ROW, s]
     if old >= 0:
-        slot_of[old] = -1
-    row_of[s] = i
-    slot_of[i] = s
-    last_used[s] = now
+        var[VA_SLOT, old] = -1
+    slot[SL_ROW, s] = i
+    var[VA_SLOT, i] = s
+    slot[SL_USED, s] = now
     stats[1] += 1
     row = cache[s]
     if full or m == n:
         _fill_cols(kp, i, cols, 0, n, row)
-        slot_full[s] = 1
+        slot[SL_FULL, s] = 1
     else:
         _fill_cols(kp, i, cols, 0, m, row)
-        slot_full[s] = 0
-    slot_time[s] = now
+        slot[SL_FULL, s] = 0
+    slot[SL_TIME, s] = now
     return row
 
 
@@ -147,13 +167,13 @@ def _row(i, kp, cols, m, full, stats):
 def _reactivate(kp, perm, m):
     """Make every variable active again, stamping the reactivated ones (their entries
     in partial cached rows are missing); returns the new active size n."""
-    clock, act_time, last_react = kp[15], kp[18], kp[19]
+    var, tick = kp[7], kp[9]
     n = perm.shape[0]
     if m < n:
-        clock[0] += 1
+        tick[TK_CLOCK] += 1
         for c in range(m, n):
-            act_time[perm[c]] = clock[0]
-        last_react[0] = clock[0]
+            var[VA_ACT, perm[c]] = tick[TK_CLOCK]
+        tick[TK_REACT] = tick[TK_CLOCK]
     for c in range(n):
         perm[c] = c
     return n
@@ -180,70 +200,74 @@ def _bounded_part(a, lo, hi, t):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _update_bar(kp, y, a, lo, hi, u, old, mgbar, perm, m, stats):
-    """Keep G_bar (as -y G_bar) when variable u moved onto, off or between bounds."""
-    bo = old if (old <= lo[u] or old >= hi[u]) else 0.0
-    dbar = _bounded_part(a, lo, hi, u) - bo
-    if dbar != 0.0:
-        Ku = _row(u, kp, perm, m, True, stats)
-        cu = y[u] * dbar
-        for t in range(y.shape[0]):
-            mgbar[t] -= cu * Ku[t]
+def _update_bar(kp, y, a, lo, hi, i, ai_old, j, aj_old, mgbar, perm, m, stats):
+    """Keep G_bar (as -y G_bar) when the variables i and j of a step moved onto, off
+    or between bounds (``ai_old``, ``aj_old``: their values before it), i first."""
+    for k in range(2):
+        u, old = (i, ai_old) if k == 0 else (j, aj_old)
+        bo = old if (old <= lo[u] or old >= hi[u]) else 0.0
+        dbar = _bounded_part(a, lo, hi, u) - bo
+        if dbar != 0.0:
+            Ku = _row(u, kp, perm, m, True, stats)
+            cu = y[u] * dbar
+            for t in range(y.shape[0]):
+                mgbar[t] -= cu * Ku[t]
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _reconstruct_bar(kp, y, p, a, lo, hi, mg, mgbar, perm, m, stats):
-    """-y G on the inactive variables perm[m:], from G_bar (the share of the variables
-    at a bound, kept up to date) and the free variables, which are all active (a
-    shrunk variable sits at a bound or cannot move): libsvm's reconstruction."""
+def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
+    """-y G on the inactive variables perm[m:] (one kernel for both ways: a cold
+    process compiles each kernel with a fixed cost, here ~0.4 s).
+
+    With ``use_bar``, from G_bar (``aux`` = -y G_bar: the share of the variables at a
+    bound, kept up to date) and the free variables, which are all active (a shrunk
+    variable sits at a bound or cannot move): libsvm's reconstruction.
+
+    Else from its value when every gradient was last exact (``aux`` = -y G at the
+    duals ``a_ref``: the solve's start or the previous reconstruction) and the duals
+    that moved since: a shrunk variable's gradient missed exactly those updates. A
+    warm start that moves few duals pays for few rows (libsvm's G_bar instead needs a
+    row of every variable at a non-zero bound). Afterwards the reference is this
+    point."""
     n = y.shape[0]
-    if m == n:
-        return
-    for c in range(m, n):
-        t = perm[c]
-        mg[t] = y[t] * p[t] + mgbar[t]
-    n_free = 0
-    for c in range(m):
-        t = perm[c]
-        if lo[t] < a[t] < hi[t]:
-            n_free += 1
-    if n_free == 0:
-        return
-    if n_free * n > 2 * m * (n - m):
-        # rows of the inactive variables over the active columns
+    if use_bar:
+        if m == n:
+            return
         for c in range(m, n):
             t = perm[c]
-            Kt = _row(t, kp, perm, m, False, stats)
-            acc = 0.0
-            for d in range(m):
-                u = perm[d]
-                if lo[u] < a[u] < hi[u]:
-                    acc += y[u] * a[u] * Kt[u]
-            mg[t] -= acc
-    else:
-        # full rows of the free variables
+            mg[t] = y[t] * p[t] + aux[t]
+        n_free = 0
         for c in range(m):
-            u = perm[c]
-            if lo[u] < a[u] < hi[u]:
-                Ku = _row(u, kp, perm, m, True, stats)
-                cu = y[u] * a[u]
-                for d in range(m, n):
-                    t = perm[d]
-                    mg[t] -= cu * Ku[t]
-
-
-@njit(cache=True, nogil=True, internal=True)
-def _reconstruct_moved(kp, y, a, a_ref, mg, mg_ref, perm, m, stats):
-    """-y G on the inactive variables perm[m:], from its value when every gradient was
-    last exact (``mg_ref`` at the duals ``a_ref``: the solve's start or the previous
-    reconstruction) and the duals that moved since: a shrunk variable's gradient missed
-    exactly those updates. A warm start that moves few duals pays for few rows (libsvm's
-    G_bar instead needs a row of every variable at a non-zero bound). Afterwards the
-    reference is this point."""
-    n = y.shape[0]
+            t = perm[c]
+            if lo[t] < a[t] < hi[t]:
+                n_free += 1
+        if n_free == 0:
+            return
+        if n_free * n > 2 * m * (n - m):
+            # rows of the inactive variables over the active columns
+            for c in range(m, n):
+                t = perm[c]
+                Kt = _row(t, kp, perm, m, False, stats)
+                acc = 0.0
+                for d in range(m):
+                    u = perm[d]
+                    if lo[u] < a[u] < hi[u]:
+                        acc += y[u] * a[u] * Kt[u]
+                mg[t] -= acc
+        else:
+            # full rows of the free variables
+            for c in range(m):
+                u = perm[c]
+                if lo[u] < a[u] < hi[u]:
+                    Ku = _row(u, kp, perm, m, True, stats)
+                    cu = y[u] * a[u]
+                    for d in range(m, n):
+                        t = perm[d]
+                        mg[t] -= cu * Ku[t]
+        return
     for c in range(m, n):
         t = perm[c]
-        mg[t] = mg_ref[t]
+        mg[t] = aux[t]
     if m < n:
         for u in range(n):
             du = a[u] - a_ref[u]
@@ -254,18 +278,8 @@ def _reconstruct_moved(kp, y, a, a_ref, mg, mg_ref, perm, m, stats):
                     t = perm[c]
                     mg[t] -= cu * Ku[t]
     for t in range(n):
-        mg_ref[t] = mg[t]
+        aux[t] = mg[t]
         a_ref[t] = a[t]
-
-
-@njit(cache=True, nogil=True, internal=True)
-def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
-    """The inactive gradients, by G_bar (``aux`` = -y G_bar) or from the duals moved
-    since the reference point (``aux`` = -y G there, at ``a_ref``)."""
-    if use_bar:
-        _reconstruct_bar(kp, y, p, a, lo, hi, mg, aux, perm, m, stats)
-    else:
-        _reconstruct_moved(kp, y, a, a_ref, mg, aux, perm, m, stats)
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -310,9 +324,15 @@ def _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch):
 
 
 @njit(cache=True, nogil=True)
-def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
-    """Minimise in place from a feasible ``a`` with gradient ``G = Q a - p`` already set;
-    on return G is the gradient at the returned ``a`` on every variable.
+def smo_solve(kp, y, p, lo, hi, a, G, da, less_p, diag, eps, max_iter, stats,
+              shrinking, ws):  # fmt: skip
+    """Minimise in place from a feasible ``a`` whose gradient ``G = Q a - p`` is set but
+    for the duals ``da`` moved since (added first, from their full kernel rows: a warm
+    start that moved few of them pays for few rows), and for ``- p`` where ``less_p``
+    (subtracted after them); on return G is the gradient at the returned ``a`` on
+    every variable. ``ws``: the caller's work arrays
+    (:meth:`~bigrate.kernel.smo.KernelProblem.solve`; no array is allocated here, so
+    that a cold process compiles none of numpy's allocation routines for this).
 
     With ``shrinking`` (libsvm's heuristic, Chang and Lin 2011, sec. 5.1): every
     min(n, 1000) iterations the variables that cannot be selected soon are set aside,
@@ -328,16 +348,23 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
     sets stats[5] to 1 when G_bar is kept.
     """
     n = y.shape[0]
-    perm = np.arange(n)  # every variable is active between solves
+    perm, mg, up, low, shrunk, scratch, aux, a_ref = ws  # mg: -y G
+    for i in range(n):
+        perm[i] = i  # every variable is active between solves
+    for i in range(n):
+        if da[i] != 0.0:
+            Ki = _row(i, kp, perm, n, True, stats)
+            c = y[i] * da[i]
+            for t in range(n):
+                G[t] += y[t] * Ki[t] * c
+    if less_p:
+        for t in range(n):
+            G[t] -= p[t]
     m = n
-    mg = np.empty(n)  # -y G
-    up = np.empty(n, np.bool_)
-    low = np.empty(n, np.bool_)
     for t in range(n):
         mg[t] = -y[t] * G[t]
         _flags(y, a, lo, hi, t, up, low)
-    shrunk = np.zeros(n, np.bool_)
-    scratch = np.empty(n, np.int64)
+        shrunk[t] = False
     # How set-aside gradients are rebuilt: a start with no dual at a non-zero bound (a
     # cold start) keeps libsvm's G_bar, which then costs nothing up front and leaves
     # only the free variables to reconstruct; a warm start would pay a full kernel row
@@ -348,9 +375,10 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
         if _bounded_part(a, lo, hi, t) != 0.0:
             use_bar = False
             break
-    aux = np.zeros(n) if use_bar else mg.copy()
+    for t in range(n):
+        aux[t] = 0.0 if use_bar else mg[t]
+        a_ref[t] = a[t]
     stats[5] = 1 if use_bar else 0
-    a_ref = a.copy()
     period = min(n, 1000)
     counter = period
     unshrunk = False
@@ -468,8 +496,7 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
             shrunk[j] = False
             stats[4] += 1
         if use_bar:
-            _update_bar(kp, y, a, lo, hi, i, ai_old, aux, perm, m, stats)
-            _update_bar(kp, y, a, lo, hi, j, aj_old, aux, perm, m, stats)
+            _update_bar(kp, y, a, lo, hi, i, ai_old, j, aj_old, aux, perm, m, stats)
         ci = yi * (a[i] - ai_old)
         cj = yj * (a[j] - aj_old)
         # gradient update on the active set, fused with the next choice of i
@@ -492,20 +519,6 @@ def smo_solve(kp, y, p, lo, hi, a, G, diag, eps, max_iter, stats, shrinking):
     for t in range(n):
         G[t] = -y[t] * mg[t]
     return status, it, gap
-
-
-@njit(cache=True, nogil=True)
-def gradient_update(kp, y, G, da, stats):
-    """G += Q da, from the full kernel rows of the non-zero da_i (a warm start whose
-    duals moved on a few variables only)."""
-    n = y.shape[0]
-    cols = np.arange(n)
-    for i in range(n):
-        if da[i] != 0.0:
-            Ki = _row(i, kp, cols, n, True, stats)
-            c = y[i] * da[i]
-            for t in range(n):
-                G[t] += y[t] * Ki[t] * c
 
 
 @njit(cache=True, nogil=True)

@@ -108,51 +108,42 @@ class KernelProblem:
             )
         slots = min(slots, n)
         self.cache = np.empty((slots, n))
-        self.slot_of = np.full(n, -1, np.int64)
-        self.row_of = np.full(slots, -1, np.int64)
-        self.last_used = np.zeros(slots, np.int64)
-        self.clock = np.zeros(1, np.int64)
-        self.slot_full = np.zeros(slots, np.int8)
-        self.slot_time = np.zeros(slots, np.int64)
-        self.act_time = np.zeros(n, np.int64)
-        self.last_react = np.zeros(1, np.int64)
-        self.colbuf = np.empty(n, np.int64)
-        self.diag = K.diag_kernel(
-            self.sq, self.kind, self.gamma, self.coef0, self.degree
-        )
-
-    def _kp(self):
-        """The kernel inputs and row cache as one tuple for the numba kernels."""
-        return (
-            self.Xd,
-            self.indptr,
-            self.indices,
-            self.data,
-            self.sparse,
-            self.sq,
+        # the cache's bookkeeping (rows K.VA_*, K.SL_*, K.TK_*: see K._row)
+        self.var = np.zeros((3, n), np.int64)
+        self.var[K.VA_SLOT] = -1
+        self.slot = np.zeros((4, slots), np.int64)
+        self.slot[K.SL_ROW] = -1
+        self.tick = np.zeros(2, np.int64)
+        self.par = np.zeros(5)
+        self.par[[K.P_KIND, K.P_SPARSE, K.P_GAMMA, K.P_COEF0, K.P_DEGREE]] = (
             self.kind,
+            float(self.sparse),
             self.gamma,
             self.coef0,
             self.degree,
-            self.work,
-            self.cache,
-            self.slot_of,
-            self.row_of,
-            self.last_used,
-            self.clock,
-            self.slot_full,
-            self.slot_time,
-            self.act_time,
-            self.last_react,
-            self.colbuf,
         )
+        # K(x_i, x_i): exactly 1 (RBF: exp(-gamma 0)) and ||x_i||^2 (linear), as the
+        # kernel function gives them; only the polynomial kernel needs its compiled
+        # loop (a cold process then compiles it only for that kernel)
+        if self.kind == K.RBF:
+            self.diag = np.ones(n)
+        elif self.kind == K.LINEAR:
+            self.diag = self.sq.copy()
+        else:
+            self.diag = K.diag_kernel(
+                self.sq, self.kind, self.gamma, self.coef0, self.degree
+            )
+        # the solver's work arrays (see K.smo_solve), made once for every solve
+        self._ws = (
+            np.empty(n, np.int64), np.empty(n), np.empty(n, np.bool_),
+            np.empty(n, np.bool_), np.empty(n, np.bool_), np.empty(n, np.int64),
+            np.empty(n), np.empty(n),
+        )  # fmt: skip
 
-    def gradient(self, y, p, a, stats):
-        """G = Q a - p, from the full kernel rows of the non-zero a_i (by
-        :func:`_kernels.gradient_update`: one compiled entry fewer to build cold)."""
-        G = -np.asarray(p, dtype=np.float64)
-        K.gradient_update(self._kp(), y, G, a, stats)
-        return G
+    def _kp(self):
+        """The kernel inputs and row cache as one tuple for the numba kernels."""
+        return (self.Xd, self.indptr, self.indices, self.data, self.sq, self.work,
+                self.cache, self.var, self.slot, self.tick, self.par)  # fmt: skip
 
     def solve(
         self,
@@ -181,19 +172,18 @@ class KernelProblem:
             raise ValueError("every box must have lo <= hi")
         a = feasible_point(y, lo, hi, delta, alpha0)
         stats = np.zeros(6, np.int64)
+        # G = Q a - p: from Q alpha0 and the duals the projection moved, or from the
+        # full kernel rows of the non-zero a_i (added by the solver first)
         if Qa0 is not None and alpha0 is not None:
             G = np.array(Qa0, dtype=np.float64)
             if G.shape != a.shape:
                 raise ValueError(f"Qa0 has shape {G.shape}, expected {a.shape}")
-            K.gradient_update(
-                self._kp(), y, G, a - np.asarray(alpha0, dtype=np.float64), stats
-            )
-            G -= p
+            da, less_p = a - np.asarray(alpha0, dtype=np.float64), True
         else:
-            G = self.gradient(y, p, a, stats)
+            G, da, less_p = -p, a, False
         status, it, gap = K.smo_solve(
-            self._kp(), y, p, lo, hi, a, G, self.diag, eps, max_iter, stats,
-            bool(shrinking),
+            self._kp(), y, p, lo, hi, a, G, da, less_p, self.diag, eps, max_iter,
+            stats, bool(shrinking), self._ws,
         )  # fmt: skip
         converged = status == K.OK
         if not converged:
