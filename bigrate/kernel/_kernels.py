@@ -107,7 +107,7 @@ def _row(i, kp, cols, m, full, stats):
     (the clock, the last reactivation), and the kernel's parameters in ``par``
     (``P_*``). A slot holds a full row, or a partial one: at time
     ``slot[SL_TIME]`` (a tick of the clock) it held every column then active. A
-    column reactivated later (``var[VA_ACT]``, stamped by :func:`_reactivate`) is
+    column reactivated later (``var[VA_ACT]``, stamped by :func:`_unshrink`) is
     computed when the row is next used, so partial rows stay useful across
     reconstructions and across solves, as libsvm's rows keep their computed prefix.
     (Few arrays in ``kp``: a cold process's compile of every kernel taking it grows
@@ -164,22 +164,6 @@ def _row(i, kp, cols, m, full, stats):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _reactivate(kp, perm, m):
-    """Make every variable active again, stamping the reactivated ones (their entries
-    in partial cached rows are missing); returns the new active size n."""
-    var, tick = kp[7], kp[9]
-    n = perm.shape[0]
-    if m < n:
-        tick[TK_CLOCK] += 1
-        for c in range(m, n):
-            var[VA_ACT, perm[c]] = tick[TK_CLOCK]
-        tick[TK_REACT] = tick[TK_CLOCK]
-    for c in range(n):
-        perm[c] = c
-    return n
-
-
-@njit(cache=True, nogil=True, internal=True)
 def _flags(y, a, lo, hi, t, up, low):
     """Membership of t in I_up and I_low."""
     if y[t] > 0:
@@ -215,35 +199,36 @@ def _update_bar(kp, y, a, lo, hi, i, ai_old, j, aj_old, mgbar, perm, m, stats):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
-    """-y G on the inactive variables perm[m:] (one kernel for both ways: a cold
-    process compiles each kernel with a fixed cost, here ~0.4 s).
+def _unshrink(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
+    """-y G on the inactive variables perm[m:], then every variable active again
+    (each reactivated one stamped: its entries in partial cached rows are missing,
+    see :func:`_row`); returns the new active size. One kernel for what was three:
+    in a cold process each kernel taking ``kp`` compiled with a cost of its own
+    (0.3-0.4 s).
 
-    With ``use_bar``, from G_bar (``aux`` = -y G_bar: the share of the variables at a
-    bound, kept up to date) and the free variables, which are all active (a shrunk
-    variable sits at a bound or cannot move): libsvm's reconstruction.
+    With ``use_bar``, the gradients from G_bar (``aux`` = -y G_bar: the share of the
+    variables at a bound, kept up to date) and the free variables, which are all
+    active (a shrunk variable sits at a bound or cannot move): libsvm's
+    reconstruction.
 
-    Else from its value when every gradient was last exact (``aux`` = -y G at the
+    Else from their value when every gradient was last exact (``aux`` = -y G at the
     duals ``a_ref``: the solve's start or the previous reconstruction) and the duals
     that moved since: a shrunk variable's gradient missed exactly those updates. A
     warm start that moves few duals pays for few rows (libsvm's G_bar instead needs a
     row of every variable at a non-zero bound). Afterwards the reference is this
-    point."""
+    point (also with every variable active)."""
     n = y.shape[0]
     if use_bar:
-        if m == n:
-            return
-        for c in range(m, n):
-            t = perm[c]
-            mg[t] = y[t] * p[t] + aux[t]
         n_free = 0
-        for c in range(m):
-            t = perm[c]
-            if lo[t] < a[t] < hi[t]:
-                n_free += 1
-        if n_free == 0:
-            return
-        if n_free * n > 2 * m * (n - m):
+        if m < n:
+            for c in range(m, n):
+                t = perm[c]
+                mg[t] = y[t] * p[t] + aux[t]
+            for c in range(m):
+                t = perm[c]
+                if lo[t] < a[t] < hi[t]:
+                    n_free += 1
+        if n_free > 0 and n_free * n > 2 * m * (n - m):
             # rows of the inactive variables over the active columns
             for c in range(m, n):
                 t = perm[c]
@@ -254,7 +239,7 @@ def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
                     if lo[u] < a[u] < hi[u]:
                         acc += y[u] * a[u] * Kt[u]
                 mg[t] -= acc
-        else:
+        elif n_free > 0:
             # full rows of the free variables
             for c in range(m):
                 u = perm[c]
@@ -264,22 +249,33 @@ def _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats):
                     for d in range(m, n):
                         t = perm[d]
                         mg[t] -= cu * Ku[t]
-        return
+    else:
+        for c in range(m, n):
+            t = perm[c]
+            mg[t] = aux[t]
+        if m < n:
+            for u in range(n):
+                du = a[u] - a_ref[u]
+                if du != 0.0:
+                    Ku = _row(u, kp, perm, m, True, stats)
+                    cu = y[u] * du
+                    for c in range(m, n):
+                        t = perm[c]
+                        mg[t] -= cu * Ku[t]
+        for t in range(n):
+            aux[t] = mg[t]
+            a_ref[t] = a[t]
+    if m == n:
+        return m
+    stats[3] += 1
+    var, tick = kp[7], kp[9]
+    tick[TK_CLOCK] += 1
     for c in range(m, n):
-        t = perm[c]
-        mg[t] = aux[t]
-    if m < n:
-        for u in range(n):
-            du = a[u] - a_ref[u]
-            if du != 0.0:
-                Ku = _row(u, kp, perm, m, True, stats)
-                cu = y[u] * du
-                for c in range(m, n):
-                    t = perm[c]
-                    mg[t] -= cu * Ku[t]
-    for t in range(n):
-        aux[t] = mg[t]
-        a_ref[t] = a[t]
+        var[VA_ACT, perm[c]] = tick[TK_CLOCK]
+    tick[TK_REACT] = tick[TK_CLOCK]
+    for c in range(n):
+        perm[c] = c
+    return n
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -397,12 +393,9 @@ def smo_solve(kp, y, p, lo, hi, a, G, da, less_p, diag, eps, max_iter, stats,
                     gmx, gmn = _extremes(mg, up, low, perm, m)
                     if gmx - gmn <= 10.0 * eps:
                         unshrunk = True
-                        _reconstruct(
+                        m = _unshrink(
                             kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats
                         )
-                        if m < n:
-                            stats[3] += 1
-                            m = _reactivate(kp, perm, m)
                 m0 = m
                 m = _shrink(y, a, lo, hi, mg, up, low, perm, m, shrunk, scratch)
                 stats[2] += m0 - m
@@ -444,11 +437,9 @@ def smo_solve(kp, y, p, lo, hi, a, G, da, less_p, diag, eps, max_iter, stats,
         if i < 0 or j < 0 or gap <= eps:
             if m < n:
                 # reactivate everything and re-check on all variables
-                _reconstruct(
+                m = _unshrink(
                     kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats
                 )
-                stats[3] += 1
-                m = _reactivate(kp, perm, m)
                 counter = 2  # re-check on all variables first, then shrink again
                 continue
             status = OK
@@ -513,9 +504,7 @@ def smo_solve(kp, y, p, lo, hi, a, G, da, less_p, diag, eps, max_iter, stats,
         have_i = True
         it += 1
     if m < n:
-        _reconstruct(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats)
-        stats[3] += 1
-        m = _reactivate(kp, perm, m)
+        m = _unshrink(kp, y, p, a, lo, hi, mg, aux, a_ref, use_bar, perm, m, stats)
     for t in range(n):
         G[t] = -y[t] * mg[t]
     return status, it, gap
