@@ -256,7 +256,7 @@ def np_sgd_steps_seq(
     return _store(state, scale, b, lam, t)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, internal=True)
 def _pair_step(pp, pi, pv, ip, np_, ni, nv, ineg, v, scale, b, lam, t, lambda_c,
                gamma0, nu, q, eta, loss, intercept_rate, stats):  # fmt: skip
     """One section 4 step on positive row ``ip`` of (pp, pi, pv) and negative row
