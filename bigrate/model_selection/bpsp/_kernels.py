@@ -719,8 +719,9 @@ def walk(Q, y, box, rcoef, dom, KvT,
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
-    (WALK_MORE: call again to go on), or a singular bordered system is met
-    (WALK_SINGULAR: non-unique duals, for the caller's exact slow path).
+    (WALK_MORE: call again to go on), or a singular bordered system with solutions
+    is met (WALK_SINGULAR: non-unique duals, for the caller's exact slow path; one
+    without any solution is a partition of no area, skipped).
 
     Each region is recorded once, whole: its partition, its polygon in ``dom`` and, for
     the validation rows (``KvT`` (n, n_val): their kernel columns), the numerators h =
@@ -799,6 +800,13 @@ def walk(Q, y, box, rcoef, dom, KvT,
                 n_drop += 1
             continue
         table, store, n_seen = _seen_add(table, store, n_seen, st, slot)
+        if singular and not consistent:
+            # no solution for any area of parameters: a partition that holds on a
+            # line at most (e.g. M empty: y^T alpha = 0 on n+ C+ = n- C- only), met by a
+            # seed on that line; its neighbours on either side are walked from theirs.
+            # A partition of no area, not a non-unique dual: the walk goes on
+            diag[D_THIN] += 1
+            continue
         if singular:
             diag[D_SINGULAR] += 1
             status = WALK_SINGULAR
