@@ -556,6 +556,33 @@ def test_a_partition_holding_on_a_line_only_keeps_the_compiled_walk(
         np.testing.assert_allclose(f, Kv @ (a * yt) + b, atol=1e-6)
 
 
+def test_gaps_shrunk_by_the_regions_found_since_equal_the_gaps_of_a_new_union():
+    """After the first union the gaps are shrunk by each round's new regions instead of
+    re-uniting every region (what is covered only grows): the same gaps as the union
+    of all of them gives."""
+    X, y = _data(26, seed=8)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    polys = [r.polygon for r in p.run()]
+    rect = p.space.domain(0.05)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(polys))
+    missing = set(order[:12].tolist())  # never found: the gaps left at the end
+    later = order[12:40]  # found after the first union
+    first = [polys[i] for i in order[40:]]
+    gaps, done = p._gaps_left(rect, None, first, 1, 5)
+    assert not done and len(gaps) >= 12
+    gaps, done = p._gaps_left(rect, gaps, [polys[i] for i in later], 2, 3)
+    kept = [g for i, g in enumerate(polys) if i not in missing]
+    want = p._gaps(rect, shapely.union_all(kept, grid_size=1e-12))
+    assert not done and len(gaps) == len(want)
+    assert sum(g.area for g in gaps) == pytest.approx(sum(g.area for g in want),
+                                                      rel=1e-9)  # fmt: skip
+    assert shapely.union_all(gaps).symmetric_difference(
+        shapely.union_all(want)).area <= 1e-12  # fmt: skip
+    # a round that found nothing new keeps them and ends the walk
+    assert p._gaps_left(rect, gaps, [], 3, 0) == (gaps, True)
+
+
 def test_clip_labels_each_edge_by_the_line_that_made_it():
     from bigrate.model_selection.bpsp import _kernels as K
 
