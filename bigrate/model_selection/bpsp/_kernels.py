@@ -729,7 +729,9 @@ def walk(Q, y, box, rcoef, dom, KvT,
     move is first checked at a point just across its facet (``probe`` > 0); where the
     region's solution carried there breaks several rows (a degenerate crossing) they
     all move; a move that does not hold there is dropped (``correcting``: corrected
-    there instead).
+    there instead). A region too thin to keep (area <= ``area_tol``) is not walked
+    across; its partition and polygon are returned apart (the last three outputs),
+    for the caller's coverage.
 
     A partition one row away from its parent's (``qlink``: the parent's entry in
     ``pool`` and the row's move, -1 where none) takes its system by :func:`update`
@@ -750,6 +752,14 @@ def walk(Q, y, box, rcoef, dom, KvT,
     r_area = np.empty(cap)
     r_h = np.empty((cap, nv, 3))
     nreg = 0
+    # the regions too thin to keep, as partitions and polygons (no numerators): what
+    # they cover is not a gap for the caller
+    t_state = np.empty((cap, n), np.int8)
+    t_off = np.zeros(cap + 1, np.int64)
+    t_vert = np.empty((cap * 8, 2))
+    t_area = np.empty(cap)
+    t_h = np.empty((cap, 0, 3))
+    nthin = 0
     dom_lab = np.full(dom.shape[0], -1, np.int64)
     status = WALK_DONE
     while head < tail:
@@ -816,6 +826,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
         if A <= area_tol:
             diag[D_THIN] += 1
             diag[D_THIN_AREA] += max(A, 0.0)
+            if A > 0.0:
+                t_state, t_off, t_vert, t_area, t_h = _record_region(
+                    t_state, t_off, t_vert, t_area, t_h, nthin, st, P, A
+                )
+                nthin += 1
             # not walked across: the points just across its facets, where a gap
             # behind it may start (the caller seeds those no region covers)
             for i in range(P.shape[0]):
@@ -862,10 +877,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
             break
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
-    nvtx = r_off[nreg]
+    nvtx, tvtx = r_off[nreg], t_off[nthin]
     return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
             n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
-            r_area[:nreg].copy(), r_h[:nreg].copy())  # fmt: skip
+            r_area[:nreg].copy(), r_h[:nreg].copy(), t_state[:nthin].copy(),
+            t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
 
 
 @njit(cache=True, nogil=True, internal=True)

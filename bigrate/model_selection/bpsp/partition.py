@@ -437,14 +437,17 @@ class Partitioner:
         seeds, gaps = [rect], []
         united = 0  # regions polys[:united] are out of the gaps
         uncovered = None  # the gaps left by every region so far, once united
-        polys: list = []  # every region's polygon so far, chunk by chunk
+        # every region's polygon so far, chunk by chunk, and the thin ones' (not
+        # regions, but what they cover is no gap either)
+        polys: list = []
+        thins: list = []  # the thin ones of this round
         # the probe points of moves the walk dropped: where gaps start, found without
         # a union of every region (GEOS's, seconds for tens of thousands of them)
         dpt, n_drop = np.zeros((64, 2)), 0
         from_union = True  # this round's seeds are the union's gaps
         # regions per walk call: a progress report between calls
         chunk = 2000 if progress is not None else self.max_regions + 1
-        for _round in range(50):
+        for _round in range(self.MAX_ROUNDS):
             t0 = time.perf_counter()
             for area in seeds:
                 # a probe point is tried once: one whose partition was seen lies in
@@ -474,7 +477,9 @@ class Partitioner:
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
                  tail, dpt, n_drop) = out[:12]  # fmt: skip
-                new = out[12:]
+                new, thin = out[12:17], out[17:]
+                if len(thin[0]):
+                    thins.append(thin)
                 if status == _k.WALK_SINGULAR:
                     d = self.diag  # the time spent so far is kept
                     self.diag = Diagnostics(
@@ -496,14 +501,19 @@ class Partitioner:
                 gaps = []  # every region found: no union needed
                 break
             t0 = time.perf_counter()
-            polys += [Polygon(c[1][c[2][r] : c[2][r + 1]])
-                      for c in chunks[n_chunks:] for r in range(len(c[3]))]  # fmt: skip
-            n_chunks = len(chunks)
+            for c in [*chunks[n_chunks:], *thins]:  # regions, then thin ones
+                polys += [Polygon(c[1][c[2][r] : c[2][r + 1]])
+                          for r in range(len(c[0]))]  # fmt: skip
+            n_chunks, thins = len(chunks), []
             # first the probe points (across dropped moves and thin regions' facets)
             # that no region covers; the union of every region only where none is
             probes = self._uncovered(dpt[:n_drop], polys, rect)
             n_drop = 0
-            if probes:
+            # while they find regions: seeds that find only regions too thin to keep
+            # can lead on to more of them, across their facets, round after round
+            # (a hill-valley fold spent its last 40 rounds so, without the union that
+            # finds the other gaps)
+            if probes and (found or from_union):
                 self.diag.probe_seeds += len(probes)
                 seeds, from_union = probes, False
                 self.diag.seeding_seconds += time.perf_counter() - t0
@@ -518,6 +528,13 @@ class Partitioner:
                 break
             seeds = gaps
             correcting = self._correcting(_round, gaps, total)
+        else:
+            # still seeding after every round: where no gaps were found since the
+            # last union (or none was made), what the areas leave is unresolved
+            short = total - covered - float(kd[_k.D_THIN_AREA])
+            if not gaps and short > self.area_tol:
+                self.diag.unresolved_pieces += 1
+                self.diag.unresolved_area += short
         d = self.diag
         d.regions = n_regions
         d.singular_systems += int(kd[_k.D_SINGULAR])
@@ -558,6 +575,8 @@ class Partitioner:
         gaps = self._gaps(rect, union)
         return union, gaps, not gaps or (round_ > 0 and found == 0)
 
+    #: rounds of seeding (probe points or gaps) before the compiled walk gives up
+    MAX_ROUNDS = 50
     #: probe points seeded a round at most (each a direct solve, or a few)
     MAX_PROBE_SEEDS = 1000
 
@@ -760,7 +779,11 @@ class Partitioner:
             lam, eta = pt.x, pt.y
             a, bp = self.solve_at(lam, eta)
             self.diag.direct_solves += 1
-            st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta)
+            # as many moves as the rows twice over: on hill-valley's triangle a direct
+            # solve's partition can be 86 moves from the one that holds at its point
+            # (50 left a twelfth of the triangle unresolved on 2 of 5 folds)
+            st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta,
+                                 rounds=max(50, 2 * len(self.y)))  # fmt: skip
             if not is_seen(st):
                 break
             for _ in range(100):
