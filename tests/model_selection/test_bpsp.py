@@ -621,6 +621,31 @@ def test_rounds_run_out_leave_the_uncovered_area_unresolved(tmp_path, shared_dat
     assert p.diag.unresolved_area == pytest.approx(short, rel=1e-6)
 
 
+def test_a_seed_among_rows_tied_to_the_margin_gets_the_region_holding_its_point(
+    tmp_path, shared_data
+):
+    """Hill-valley's rows can be all but tied to the margin over a whole wedge of the
+    (C+, C-) triangle: their lines there have coefficients ~1e-9, so a point well
+    outside one (a distance ~1e-3) breaks it by ~1e-11 only. A seed's corrections
+    judge a line by that distance, as the clip does: they used to stop at a partition
+    whose region is a sliver of ~1e-20 beside the point, and 0.006 of hill-valley's
+    search stayed unresolved (fold 2's triangle)."""
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.partition import CLIP_TOL, vertices_ccw
+
+    Xt, yt, w, g, _ = _cv_fold(tmp_path, shared_data, "hill_valley", 364, 2)
+    p = Partitioner(Xt, yt, gamma=g, lambda_min=0.01, space="c_pos_c_neg", weight=w)
+    c_pos, c_neg = 0.4235384617321891, 0.0200928361925  # in that gap
+    a, b = p.solve_at(c_pos, c_neg)
+    st, _ = p.correct(p.state_from(a, b, c_pos, c_neg), c_pos, c_neg,
+                      rounds=2 * len(yt))  # fmt: skip
+    ineq = p._system(st)[1]
+    dom = vertices_ccw(p.space.domain(0.01))
+    P, _ = K.clip(dom, np.full(len(dom), -1), ineq, CLIP_TOL)
+    assert len(P) >= 3 and K.area(P) > p.area_tol
+    assert shapely.Polygon(P).contains(Point(c_pos, c_neg))
+
+
 def test_clip_labels_each_edge_by_the_line_that_made_it():
     from bigrate.model_selection.bpsp import _kernels as K
 

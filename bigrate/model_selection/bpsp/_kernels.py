@@ -377,9 +377,19 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
     moves = 0
     for _ in range(rounds):
         alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, state)
-        worst, k = 1e-9, -1
+        worst, k = 0.0, -1
         for j in range(ineq.shape[0]):
             v = ineq[j, 0] * p1 + ineq[j, 1] * p2 - ineq[j, 2]
+            if v <= 1e-9:
+                # a row all but tied to its margin over an area has a line of
+                # coefficients ~1e-9 (hill-valley): a value under 1e-9 can still put
+                # the point well outside it, as a distance (what clip keeps); above
+                # 1e-13, far over the rounding of g~
+                if v <= 1e-13:
+                    continue
+                a2 = ineq[j, 0] * ineq[j, 0] + ineq[j, 1] * ineq[j, 1]
+                if v * v <= 1e-18 * a2:
+                    continue
             if v > worst:
                 worst, k = v, j
         if k < 0:
