@@ -43,7 +43,7 @@ from bigrate.data.reader import ShardedDataset
 from bigrate.errors import BigrateWarning
 from bigrate.kernel.smo import KERNELS, KernelProblem, cross_kernel, resolve_gamma
 from bigrate.metrics import (
-    auto_calibration_count,
+    auto_calibration_fraction,
     calibrated_pfa,
     np_quantile_threshold,
     np_threshold,
@@ -239,9 +239,8 @@ class NeymanPearsonSVC(_KernelSVCBase):
         got.
     calibration_fraction : "auto" or float in (0, 1), default "auto"
         The share of the negatives held out. "auto": 0.3, or what the umbrella
-        threshold needs where at most 60% of them give it, lowered to the fewest that
-        give its threshold the same rank (more would only move it away from rho:
-        :func:`bigrate.metrics.auto_calibration_count`); ``calibration_fraction_``
+        threshold needs where at most 60% of them give it
+        (:func:`bigrate.metrics.auto_calibration_fraction`); ``calibration_fraction_``
         says what a fit used.
     delta : float in (0, 1), default 0.05
     warm_start : bool, default False
@@ -401,11 +400,9 @@ class NeymanPearsonSVC(_KernelSVCBase):
         neg = np.flatnonzero(yy < 0)
         frac = self.calibration_fraction
         if frac == "auto":  # exactly m held out: no spare needed
-            m = auto_calibration_count(len(neg), self.rho, self.delta)
-            frac = m / max(len(neg), 1)
-        else:
-            m = int(round(frac * len(neg)))
+            frac = auto_calibration_fraction(len(neg), self.rho, self.delta)
         self.calibration_fraction_ = float(frac) if self.calibrate else 0.0
+        m = int(round(frac * len(neg)))
         calibrate = self.calibrate
         if calibrate == "auto" and (m < 1 or m >= len(neg)):
             calibrate = None  # too few negatives to hold any out: said below

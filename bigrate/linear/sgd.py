@@ -55,10 +55,10 @@ from bigrate.linear.steps import KernelConfig, SGDState, StreamPlan, steps_from
 from bigrate.losses import loss_code
 from bigrate.metrics import (
     Confusion,
-    auto_calibration_count,
     auto_calibration_fraction,
     np_threshold,
     np_umbrella_threshold,
+    umbrella_need,
 )
 
 
@@ -583,11 +583,7 @@ class NeymanPearsonSGD(_StochasticRateBase):
         The share of the negatives held out to calibrate. "auto": 0.3, or more where
         that is what the umbrella threshold needs (at most 0.6; e.g. of 160
         negatives at rho 0.05, exactly 59 in memory, about 74 streamed), as nproc
-        holds out half. In memory it is then lowered to the fewest negatives that
-        give the umbrella threshold the same rank from the top: more would only move
-        its false-alarm rate away from rho, and take negatives from training (e.g. of
-        120 negatives at rho 0.1, 29 rather than 36). ``calibration_fraction_`` says
-        what a fit used.
+        holds out half; ``calibration_fraction_`` says what a fit used.
     delta : float in (0, 1), default 0.05
     fit_intercept, warm_start : bool
     batch_rows, buffer_rows : int
@@ -721,22 +717,18 @@ class NeymanPearsonSGD(_StochasticRateBase):
         them) where at most 60% of them do; else 0.3 (the expected-Pfa threshold, with
         a warning). Each negative is held out by its hash (:func:`holdout_mask`), so a
         streamed fit adds two binomial standard deviations to spare; an in-memory fit
-        knows the negatives' hashes (``scores``): it holds out exactly enough where 0.3
-        draws fewer, and no more than the umbrella threshold's rank needs where 0.3
-        draws more (:func:`bigrate.metrics.auto_calibration_count`), the negatives
-        first in hash order. Recorded as ``calibration_fraction_``."""
+        knows the negatives' hashes (``scores``) and takes the smallest fraction that
+        holds out exactly enough. Recorded as ``calibration_fraction_``."""
         if not self.calibrate:
             frac = 0.0
         elif self.calibration_fraction != "auto":
             frac = float(self.calibration_fraction)
         elif scores is None:
             frac = auto_calibration_fraction(n_neg, self.rho, self.delta, spare=2.0)
-        else:  # in memory: what 0.3 draws, raised to the need, lowered to its rank's
-            frac = 0.3  # fewest (auto_calibration_count), by the hash order
-            drawn = int(np.count_nonzero(scores < frac))
-            m = auto_calibration_count(len(scores), self.rho, self.delta, drawn=drawn)
-            if m != drawn:
-                frac = float(np.nextafter(np.sort(scores)[m - 1], 1.0))
+        else:  # in memory: 0.3, or exactly the need where 0.3 holds out fewer
+            frac, need = 0.3, umbrella_need(self.rho, self.delta)
+            if need <= 0.6 * len(scores) and np.count_nonzero(scores < frac) < need:
+                frac = float(np.nextafter(np.sort(scores)[need - 1], 1.0))
         self.calibration_fraction_ = frac
         return frac
 

@@ -19,7 +19,6 @@ from scipy.stats import binom
 
 __all__ = [
     "Confusion",
-    "auto_calibration_count",
     "auto_calibration_fraction",
     "best_per_group",
     "calibrated_pfa",
@@ -32,7 +31,6 @@ __all__ = [
     "qvalues",
     "roc_points",
     "umbrella_need",
-    "umbrella_fewest_for_rank",
 ]
 
 
@@ -279,37 +277,6 @@ def auto_calibration_fraction(
     need = umbrella_need(rho, delta)
     want = (need + spare * math.sqrt(need)) / max(n_neg, 1)
     return max(0.3, want) if want <= 0.6 else 0.3
-
-
-def umbrella_fewest_for_rank(m: int, rho: float, delta: float = 0.05) -> int:
-    """The fewest held-out negatives whose umbrella threshold lets through as many of
-    them as ``m``'s does (the same rank r = m + 1 - k from the top,
-    :func:`np_umbrella_order`). The rank steps up with m, and between its steps each
-    further negative only lowers the mean false-alarm rate r / (m + 1) of the threshold
-    on new data, away from rho, and takes a negative from training: so the start of
-    m's step is the better hold-out, with the same guarantee
-    (P(Binomial(m', rho) <= r - 1) <= delta still holds there)."""
-    need = umbrella_need(rho, delta)
-    if m < need:
-        raise ValueError(f"m={m} is fewer than the {need} the umbrella threshold needs")
-    r = m + 1 - np_umbrella_order(m, rho, delta)
-    cand = np.arange(need, m + 1)
-    ok = binom.cdf(r - 1, cand, rho) <= delta  # rank r admissible with cand held out
-    return int(cand[np.argmax(ok)])
-
-
-def auto_calibration_count(n_neg: int, rho: float, delta: float = 0.05,
-                           drawn: int | None = None) -> int:  # fmt: skip
-    """How many of ``n_neg`` negatives an in-memory NP fit holds out by default: 30%
-    (or ``drawn``, the count a random 30% drew), raised to what the umbrella
-    threshold needs where at most 60% of them do, then lowered to the fewest that give
-    its threshold the same rank (:func:`umbrella_fewest_for_rank`). Where even 60%
-    are too few for the umbrella, 30% (the expected-Pfa threshold, with a warning)."""
-    m = int(round(0.3 * n_neg)) if drawn is None else int(drawn)
-    need = umbrella_need(rho, delta)
-    if m < need and need <= 0.6 * n_neg:
-        m = need
-    return umbrella_fewest_for_rank(m, rho, delta) if m >= need else m
 
 
 def np_threshold(neg_scores, rho: float, delta: float = 0.05) -> tuple:

@@ -81,24 +81,6 @@ def test_calibrated_model_is_the_np_svm_of_the_rest_with_a_moved_threshold(
     np.testing.assert_array_equal(back.calibration_rows_, held)
 
 
-def test_default_hold_out_is_the_fewest_negatives_for_the_umbrella_rank():
-    """240 rows, 120 negatives at rho 0.1: 30% is 36, whose umbrella threshold is the
-    largest held-out score, as it is from 29 on; the default holds out 29 and trains
-    on the 7 more, for the threshold of the same rank (mean Pfa 1/30 on new data, not
-    1/37)."""
-    X, y = _data()
-    clf = NeymanPearsonSVC(rho=0.1, gamma=0.5, random_state=0).fit(X, y)
-    assert clf.n_calibration_ == len(clf.calibration_rows_) == 29
-    assert clf.calibration_fraction_ == pytest.approx(29 / 120)
-    assert clf.guarantee_["kind"] == "umbrella"
-    assert clf.training_rho_ == pytest.approx(1 / 30)
-    f = clf.decision_function(X[clf.calibration_rows_])
-    assert (f >= 0).sum() == 0  # positive only above the largest held-out score
-    # a share given keeps its count
-    assert NeymanPearsonSVC(rho=0.1, gamma=0.5, calibration_fraction=0.3,
-                            random_state=0).fit(X, y).n_calibration_ == 36  # fmt: skip
-
-
 def test_umbrella_needs_enough_held_out_negatives():
     X, y = _data(n=80)
     with pytest.raises(ValueError, match="at least 59 held-out negatives"):

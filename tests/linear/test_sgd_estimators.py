@@ -347,13 +347,13 @@ def test_logistic_start_needs_rows_in_memory(tmp_path):
     assert NeymanPearsonSGD(epochs=1).fit(ds).init_ == "zeros"
 
 
-def test_in_memory_fits_hold_out_exactly_what_the_umbrella_threshold_needs():
+def test_in_memory_fits_hold_out_exactly_what_the_umbrella_needs():
     """106 negatives at rho 0.05 (BCW's training half): the umbrella needs 59 held
     out, which at random with two standard deviations to spare (74) would be over 60% of
     them; in memory the fit knows every negative's hash, so it holds out exactly 59, by
     the same hash rule a streamed fit uses at that fraction, and gets the umbrella."""
     from bigrate.linear.sampler import holdout_mask
-    from bigrate.metrics import np_umbrella_order, umbrella_need
+    from bigrate.metrics import umbrella_need
 
     X, y = blobs(5, n=212, d=5, sep=1.5)
     y = np.where(np.arange(len(y)) < 106, -1, 1)  # 106 negatives, 106 positives
@@ -368,25 +368,15 @@ def test_in_memory_fits_hold_out_exactly_what_the_umbrella_threshold_needs():
         assert held.sum() == need
         np.testing.assert_array_equal(held, clf._holdout_rows(rid, y))
     # rho 0.1 needs 29: 30% of 106 is 32 on average, fewer for some seeds; those
-    # hold out exactly 29, and so do the others: 29 to 45 held out give the umbrella
-    # threshold the same rank (the largest score), so 29 is all it needs
+    # hold out exactly 29, the others 30%
     for seed in range(12):
         clf = NeymanPearsonSGD(rho=0.1, epochs=1, random_state=seed).fit(X, y)
         n, f = clf.n_calibration_, clf.calibration_fraction_
-        assert clf.guarantee_["kind"] == "umbrella" and n == 29, (seed, n, f)
-    # where 0.3 draws more than enough: the fewest with its draw's rank, the first
-    # negatives in hash order
+        assert clf.guarantee_["kind"] == "umbrella" and n >= 29, (seed, n, f)
+        assert n == 29 or f == 0.3, (seed, n, f)
+    # where 0.3 is already enough, 0.3 it stays
     X, y = blobs(0, n=2000)
-    clf = NeymanPearsonSGD(rho=0.05, epochs=1).fit(X, y)
-    rid = np.arange(len(y))
-    drawn = int((holdout_mask(rid, 0.3, 0) & (y < 0)).sum())
-    m = clf.n_calibration_
-    assert 59 < m < drawn and clf.calibration_fraction_ < 0.3, (m, drawn)
-    rank = m + 1 - np_umbrella_order(m, 0.05, 0.05)
-    assert rank == drawn + 1 - np_umbrella_order(drawn, 0.05, 0.05)
-    held = clf._holdout_rows(rid, y)
-    assert held.sum() == m == (held & (y < 0)).sum()
-    assert not (held & ~holdout_mask(rid, 0.3, 0)).any()  # within the 30% draw
+    assert NeymanPearsonSGD(rho=0.05, epochs=1).fit(X, y).calibration_fraction_ == 0.3
 
 
 def test_qvalue_multiplier_stays_bounded_at_a_small_regulariser(tmp_path):

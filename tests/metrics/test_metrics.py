@@ -7,7 +7,6 @@ import pytest
 
 from bigrate.metrics import (
     Confusion,
-    auto_calibration_count,
     j_val,
     np_umbrella_order,
     np_umbrella_threshold,
@@ -15,7 +14,6 @@ from bigrate.metrics import (
     positives_at_q,
     qvalues,
     roc_points,
-    umbrella_fewest_for_rank,
 )
 
 
@@ -78,29 +76,6 @@ def test_umbrella_order_is_the_binomial_rule():
     assert np_umbrella_threshold(s, rho, delta) == float(k - 1)
     with pytest.raises(ValueError, match="needs at least 59 held-out negatives"):
         np_umbrella_order(58, 0.05, 0.05)
-
-
-def test_fewest_negatives_for_an_umbrella_rank_by_brute_force():
-    """For every m, the answer is the first m' <= m whose umbrella threshold lets
-    through as many held-out negatives as m's, found by scanning every m'."""
-
-    def rank(m, rho):
-        return m + 1 - np_umbrella_order(m, rho, 0.05)
-
-    for rho, need in ((0.05, 59), (0.1, 29), (0.2, 14)):
-        for m in range(need, 400, 7):
-            first = next(j for j in range(need, m + 1) if rank(j, rho) == rank(m, rho))
-            assert umbrella_fewest_for_rank(m, rho) == first, (rho, m)
-    assert umbrella_fewest_for_rank(91, 0.05) == 59  # both the largest score
-    assert umbrella_fewest_for_rank(19, 0.2) == 14
-    with pytest.raises(ValueError, match="fewer than the 59"):
-        umbrella_fewest_for_rank(58, 0.05)
-    # the default count: 30%, raised to the need where <= 60% is enough, then lowered
-    assert auto_calibration_count(106, 0.05) == 59  # 32 -> 59
-    assert auto_calibration_count(120, 0.1) == 29  # 36 -> 29, the same rank
-    assert auto_calibration_count(63, 0.05) == 19  # 59 > 60% of 63: 30%, no umbrella
-    assert auto_calibration_count(120, 0.1, drawn=40) == 29
-    assert auto_calibration_count(0, 0.1) == 0
 
 
 def test_umbrella_guarantee_holds_in_repeated_draws():
