@@ -10,7 +10,9 @@ train/test splits: each bigrate estimator of ``--estimators`` with its defaults
 the kernel NeymanPearsonSVC, "search_init" NPSearchCV choosing the SGD's start by J_val
 over 5 folds, "svc_search" NPSearchCV choosing the SVC's (C, gamma) by J_val over 3 folds from a
 3 x 3 grid around its defaults, C "auto" and gamma "scale" (rows "bigrate_<name>"; the
-points chosen are counted); and nproc's
+points chosen are counted); "plain_svc" the peer of "svc" at the same held-out negatives
+and threshold rule: scikit-learn's SVC (C = 1, gamma "scale") trained without a rate;
+and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -133,6 +135,38 @@ def interval(k: int, n: int) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+class PlainSVCUmbrella:
+    """The peer of NeymanPearsonSVC's defaults: scikit-learn's SVC (C = 1, RBF gamma
+    "scale", no rate in its training) on the rows left after holding out the same
+    negatives NeymanPearsonSVC holds out by default (the count of
+    ``auto_calibration_fraction``, drawn by the same seed), its threshold set by
+    bigrate's default calibration (``np_threshold``) on their scores: what nproc's
+    umbrella over an SVM does, at bigrate's held-out share."""
+
+    def __init__(self, rho: float, random_state: int):
+        self.rho, self.random_state = rho, random_state
+
+    def fit(self, X, y):
+        from sklearn.svm import SVC
+        from sklearn.utils import check_random_state
+
+        from bigrate.metrics import auto_calibration_fraction, np_threshold
+
+        neg = np.flatnonzero(y < 0)
+        m = int(round(auto_calibration_fraction(len(neg), self.rho, DELTA) * len(neg)))
+        held = np.zeros(len(y), bool)
+        held[check_random_state(self.random_state).choice(neg, m, replace=False)] = True
+        self.svc_ = SVC(C=1.0, gamma="scale").fit(X[~held], y[~held])
+        t, self.guarantee_ = np_threshold(
+            self.svc_.decision_function(X[held]), self.rho, DELTA
+        )
+        self.threshold_ = 0.0 if t is None else t
+        return self
+
+    def decision_function(self, X):  # positive above the threshold, as bigrate's
+        return self.svc_.decision_function(X) - np.nextafter(self.threshold_, np.inf)
+
+
 def _estimators(n_features: int = 1, frac="auto", n_rows: int = 1, x_var=1.0) -> dict:
     """bigrate's NP estimators by name, each a function of (rho, seed), defaults
     otherwise. The kernel search's grid is around NeymanPearsonSVC's defaults:
@@ -154,6 +188,8 @@ def _estimators(n_features: int = 1, frac="auto", n_rows: int = 1, x_var=1.0) ->
         "svc": lambda rho, s: NeymanPearsonSVC(
             rho=rho, random_state=s, calibration_fraction=frac
         ),
+        # the peer at the same held-out negatives: a plain SVC, thresholded alike
+        "plain_svc": lambda rho, s: PlainSVCUmbrella(rho, s),
         # the start chosen per split by J_val over 5 folds, refit on the training half
         "search_init": lambda rho, s: NPSearchCV(
             NeymanPearsonSGD(rho=rho, random_state=s, calibration_fraction=frac),
@@ -284,7 +320,8 @@ def main() -> None:
                     help="python of an environment with nproc (pip install nproc "
                     "--no-deps scikit-learn)")  # fmt: skip
     ap.add_argument("--estimators", default="sgd",
-                    help="bigrate estimators: sgd, sgd_logistic, svc, search_init, svc_search")  # fmt: skip
+                    help="bigrate estimators: sgd, sgd_logistic, svc, search_init, "
+                         "svc_search; plain_svc (scikit-learn's SVC at svc's hold-out)")  # fmt: skip
     ap.add_argument("--calibration-fraction", default="auto",
                     help="the estimators' calibration_fraction: auto or a share")  # fmt: skip
     ap.add_argument("--out", default=str(HERE / "out"))
