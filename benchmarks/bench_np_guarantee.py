@@ -11,8 +11,8 @@ the kernel NeymanPearsonSVC, "search_init" NPSearchCV choosing the SGD's start b
 over 5 folds, "svc_search" NPSearchCV choosing the SVC's (C, gamma) by J_val over 3 folds from a
 3 x 3 grid around its defaults, C "auto" and gamma "scale" (rows "bigrate_<name>"; the
 points chosen are counted); "plain_svc" the peer of "svc" at the same held-out negatives
-and threshold rule: scikit-learn's SVC (C = 1, gamma "scale") trained without a rate;
-and nproc's
+and threshold rule: scikit-learn's SVC (C = 1, gamma "scale") trained without a rate
+(rows "peer_plain_svc"); and nproc's
 umbrella algorithm (Tong, Feng & Li 2018; PyPI ``nproc``, installed with ``--no-deps``
 beside scikit-learn in its own environment, run there as a subprocess on the same
 splits) over its base classifiers (logistic regression, SVM, random forest). Reported
@@ -138,13 +138,14 @@ def interval(k: int, n: int) -> tuple[float, float]:
 class PlainSVCUmbrella:
     """The peer of NeymanPearsonSVC's defaults: scikit-learn's SVC (C = 1, RBF gamma
     "scale", no rate in its training) on the rows left after holding out the same
-    negatives NeymanPearsonSVC holds out by default (the count of
-    ``auto_calibration_fraction``, drawn by the same seed), its threshold set by
+    negatives NeymanPearsonSVC holds out (``frac`` of them, "auto" as its default:
+    ``auto_calibration_fraction``; drawn by the same seed), its threshold set by
     bigrate's default calibration (``np_threshold``) on their scores: what nproc's
-    umbrella over an SVM does, at bigrate's held-out share."""
+    umbrella over an SVM does, at bigrate's held-out share. Its rows are
+    "peer_plain_svc"."""
 
-    def __init__(self, rho: float, random_state: int):
-        self.rho, self.random_state = rho, random_state
+    def __init__(self, rho: float, random_state: int, frac="auto"):
+        self.rho, self.random_state, self.frac = rho, random_state, frac
 
     def fit(self, X, y):
         from sklearn.svm import SVC
@@ -153,7 +154,10 @@ class PlainSVCUmbrella:
         from bigrate.metrics import auto_calibration_fraction, np_threshold
 
         neg = np.flatnonzero(y < 0)
-        m = int(round(auto_calibration_fraction(len(neg), self.rho, DELTA) * len(neg)))
+        frac = self.frac
+        if frac == "auto":
+            frac = auto_calibration_fraction(len(neg), self.rho, DELTA)
+        m = int(round(frac * len(neg)))
         held = np.zeros(len(y), bool)
         held[check_random_state(self.random_state).choice(neg, m, replace=False)] = True
         self.svc_ = SVC(C=1.0, gamma="scale").fit(X[~held], y[~held])
@@ -189,7 +193,7 @@ def _estimators(n_features: int = 1, frac="auto", n_rows: int = 1, x_var=1.0) ->
             rho=rho, random_state=s, calibration_fraction=frac
         ),
         # the peer at the same held-out negatives: a plain SVC, thresholded alike
-        "plain_svc": lambda rho, s: PlainSVCUmbrella(rho, s),
+        "plain_svc": lambda rho, s: PlainSVCUmbrella(rho, s, frac),
         # the start chosen per split by J_val over 5 folds, refit on the training half
         "search_init": lambda rho, s: NPSearchCV(
             NeymanPearsonSGD(rho=rho, random_state=s, calibration_fraction=frac),
@@ -232,7 +236,7 @@ def run_set(
                  "test_negatives": int((~splits[0] & (y < 0)).sum())}  # fmt: skip
     for est_name in estimators:
         t = time.perf_counter()
-        key = f"bigrate_{est_name}"
+        key = "peer_plain_svc" if est_name == "plain_svc" else f"bigrate_{est_name}"
         for rho in RHOS:
             got, kinds, chosen, expect = [], [], {}, []
             for s, train in enumerate(splits):
