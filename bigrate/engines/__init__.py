@@ -44,7 +44,8 @@ def open_engine(
     embedded cluster on 127.0.0.1 with ``n_workers`` workers, or the cluster at
     ``address``, reached within ``timeout`` seconds or
     :class:`EngineConnectError`). Further keyword arguments go to the engine's
-    constructor (Dask and Ray: ``worker_wait``; Dask: ``memory_limit``)."""
+    constructor (Dask and Ray: ``worker_wait``; Dask: ``memory_limit``; local:
+    ``threads``, tasks run at once on threads of this process, default 1)."""
     if name == "local":
         if address:
             raise ValueError(
@@ -52,8 +53,8 @@ def open_engine(
             )
         from bigrate.engines.local import LocalEngine
 
-        kwargs.pop("worker_wait", None)  # it always has its one worker
-        return LocalEngine()
+        kwargs.pop("worker_wait", None)  # its workers are this process's threads
+        return LocalEngine(threads=kwargs.pop("threads", 1))
     if name == "dask":
         from bigrate.engines.dask import DaskEngine
 
