@@ -122,6 +122,11 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
     rest), then the best pair refitted on the train split, the partition and the
     CV-error map written into the run directory. ``after_task()`` runs after each
     (Ctrl-C). Returns the fitted search."""
+    import os
+
+    from threadpoolctl import threadpool_limits
+
+    from bigrate.engines.local import LocalEngine
     from bigrate.model_selection.bpsp.search import fold_cells
     from bigrate.progress import Progress
 
@@ -138,10 +143,16 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
               done=len(plan.tasks) - len(todo))  # fmt: skip
     bar = Progress("BPSP tasks", total=len(plan.tasks), done=len(results),
                    enabled=progress)  # fmt: skip
-    if todo:
-        handle = eng.put(plan.data)
+    # the local engine runs the tasks on a thread per worker ([engine] workers, default
+    # one per core), as BPSPSearchCV does: the partitions are compiled code that
+    # releases the GIL; one BLAS thread in this process meanwhile
+    runner = eng
+    if eng.name == "local":
+        runner = LocalEngine(threads=spec.workers or os.cpu_count() or 1)
+    with threadpool_limits(1, user_api="blas"):
+        handle = eng.put(plan.data) if todo else None
         args = [plan.task_args(handle, j) for j in todo]
-        for i, res in eng.map(fold_cells, args, what="BPSP tasks"):
+        for i, res in runner.map(fold_cells, args, what="BPSP tasks"):
             j = todo[i]
             key = plan.tasks[j]
             if isinstance(res, Exception):

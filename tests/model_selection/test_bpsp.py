@@ -143,6 +143,30 @@ def test_ray_and_local_agree_and_the_partition_is_saved(tmp_path):
     assert (tmp_path / "run" / "bpsp_cv_error.png").stat().st_size > 5000
 
 
+def test_threads_give_one_threads_partition_bit_for_bit():
+    """The default engine runs the tasks on a thread per core in this process: the
+    same cells, CV error and point as one thread, and the BLAS threads it limits
+    while the tasks run are given back."""
+    from threadpoolctl import threadpool_info
+
+    X, y = _data(40, seed=7)
+    kw = dict(gamma=[0.5, 2.0], cv=3, lambda_min=0.05, progress=False)
+    one = BPSPSearchCV(n_workers=1, **kw).fit(X, y)
+    before = [p["num_threads"] for p in threadpool_info()]
+    many = BPSPSearchCV(n_workers=3, **kw).fit(X, y)
+    assert [p["num_threads"] for p in threadpool_info()] == before
+    assert many.cv_error_ == one.cv_error_ and many.best_params_ == one.best_params_
+    for g in (0.5, 2.0):
+        for sp, folds in one.cells_[g].items():
+            for a, b in zip(folds, many.cells_[g][sp], strict=True):
+                for key in ("vert", "off", "fn", "fp"):
+                    np.testing.assert_array_equal(a[key], b[key])
+    with pytest.raises(ValueError, match="engine 'local' takes no address"):
+        BPSPSearchCV(address="127.0.0.1:6379", **kw).fit(X, y)
+    with pytest.raises(ValueError, match="n_workers"):
+        BPSPSearchCV(n_workers=0, **kw).fit(X, y)
+
+
 def test_region_guard_stops_with_a_clear_message():
     X, y = _data(26)
     for method in ("neighbours", "theorem2"):

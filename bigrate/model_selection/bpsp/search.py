@@ -18,6 +18,7 @@ import shapely.geometry
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import threadpool_limits
 
 from bigrate.base import RateClassifierMixin
 from bigrate.engines import open_engine
@@ -73,8 +74,6 @@ def fold_cells(data, train, test, params):
     """One task of the search: the partition on the training rows and its invariant
     cells on the test rows, as arrays (plain data: ``vert``, ``off``, ``fn``, ``fp``
     and ``diagnostics``)."""
-    from threadpoolctl import threadpool_limits
-
     # one BLAS thread: the solves here are of n_M ~ 100 rows, where OpenBLAS's
     # threads cost more in hand-offs than they gain, and the engine runs one task
     # per core (more threads would fight over them)
@@ -162,8 +161,18 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     cost_fn, cost_fp : float > 0
         Validation cost of a positive predicted negative / a negative predicted
         positive (the paper's C(-,+) and C(+,-)).
-    engine : {"ray", "dask", "local"}; address: an existing cluster (None: embedded Ray on
-        127.0.0.1). One task per (fold, gamma); the data go to the object store once.
+    engine : {"local", "ray", "dask"}; address: an existing cluster. One task per
+        (gamma, space, fold). "local" (the default) runs them in this process on
+        ``n_workers`` threads: the partitions are compiled code that releases the GIL,
+        so on one machine this needs no processes started, no imports in them and no
+        copies of the data (on breast cancer's 300 CV rows, 2 cores: 5.9 s against
+        8.9 s on an embedded Dask cluster and 12.8 s on embedded Ray, most of which is
+        starting and stopping it). "ray" / "dask" without an address start an embedded
+        cluster of ``n_workers`` CPUs on 127.0.0.1; with one, the data go to its object
+        store once and the tasks run on its workers.
+    n_workers : int >= 1 or None
+        Threads of the local engine, or CPUs of an embedded cluster; None: one per
+        core. Ignored with an address.
     lambda_min : float in (0, 1)
         Smallest lambda (largest C+ + C- = 1 / lambda_min) searched.
     max_regions : int
@@ -213,6 +222,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         "cost_fp": [Interval(Real, 0, None, closed="neither")],
         "engine": [StrOptions({"ray", "dask", "local"})],
         "address": [str, None],
+        "n_workers": [Interval(Integral, 1, None, closed="left"), None],
         "lambda_min": [Interval(Real, 0, 1, closed="neither")],
         "max_regions": [Interval(Integral, 1, None, closed="left")],
         "run_dir": "no_validation",
@@ -223,8 +233,8 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, *, kernel="rbf", gamma="scale", coef0=0.0, degree=3, cv=5,
-                 cost_fn=1.0, cost_fp=1.0, engine="ray", address=None,
-                 lambda_min=1e-3, max_regions=500_000, run_dir=None, random_state=0,
+                 cost_fn=1.0, cost_fp=1.0, engine="local", address=None,
+                 n_workers=None, lambda_min=1e-3, max_regions=500_000, run_dir=None, random_state=0,
                  progress=True, method="neighbours",
                  spaces=("lambda_eta", "c_pos_c_neg")):  # fmt: skip
         self.kernel = kernel
@@ -236,6 +246,7 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         self.cost_fp = cost_fp
         self.engine = engine
         self.address = address
+        self.n_workers = n_workers
         self.lambda_min = lambda_min
         self.max_regions = max_regions
         self.run_dir = run_dir
@@ -300,7 +311,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         plan = self.plan(X, y)
         bar = Progress("BPSP folds", total=len(plan.tasks), enabled=self.progress)
         results = {}
-        with open_engine(self.engine, self.address) as eng:
+        with self._open_engine() as eng, threadpool_limits(1, user_api="blas"):
+            # one BLAS thread in this process too (what each task sets for itself):
+            # the local engine's threads would otherwise undo each other's limit
             handle = eng.put(plan.data)
             args = [plan.task_args(handle, j) for j in range(len(plan.tasks))]
             for j, res in eng.map(fold_cells, args, what="BPSP tasks"):
@@ -312,6 +325,20 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
                 bar.update(1)
         bar.close()
         return self.assemble(plan, results)
+
+    def _open_engine(self):
+        import os
+
+        workers = self.n_workers or os.cpu_count() or 1
+        if self.engine == "local":
+            if self.address:
+                raise ValueError(
+                    "engine 'local' takes no address (use 'dask' or 'ray' for a cluster)"
+                )
+            return open_engine("local", threads=workers)
+        if self.address:
+            return open_engine(self.engine, self.address)
+        return open_engine(self.engine, n_workers=workers, dashboard=False)
 
     def assemble(self, plan: BPSPPlan, results: dict):
         """Finish the fit from every task's result (``results[(g, space, k)]``, what
