@@ -167,6 +167,41 @@ def test_threads_give_one_threads_partition_bit_for_bit():
         BPSPSearchCV(n_workers=0, **kw).fit(X, y)
 
 
+def test_the_walks_ring_grows_and_keeps_its_entries():
+    """The ring of parents' systems grows where the walk's moves find their parent's
+    system overwritten: its live entries move with it and overwritten ones stay out
+    of reach; the walk then updates its regions from their parents and partitions
+    as with a ring large enough from the start."""
+    # live entries at v in [13, 23) of a 10-float ring: positions 3..9 then 0..2
+    pool, at = np.arange(10.0), np.array([23])
+    new = Partitioner._grown(pool, at, 40)
+    assert [new[v % 40] for v in range(13, 23)] == [pool[v % 10] for v in range(13, 23)]
+    # "intact while at[0] <= v + len(pool)": v = 13 still is, v = 12 still is not
+    assert at[0] <= 13 + len(new) and not at[0] <= 12 + len(new)
+    X, y = _data(100, seed=11)
+    Xv, yv = _data(40, seed=12)
+    Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
+    runs = {}
+    # a ring large enough; one of 4,096 floats (a few parents' systems at most) that
+    # grows; the same that may not grow
+    for name, start, most in (("big", 1 << 22, 1 << 27), ("grows", 4096, 1 << 27),
+                              ("fixed", 4096, 4096)):  # fmt: skip
+        part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+        part.pool_floats, part.pool_max_floats = start, most
+        part.CHUNK = 500  # the ring grows between calls of the walk, 4x at most
+        runs[name] = (part.run_cells(Kv, yv), part.diag)
+    (big, d_big), (grows, d_grows), (_, d_fixed) = runs.values()
+    assert d_big.pool_misses == 0 and d_big.pool_mb == 32
+    assert d_fixed.pool_mb == 4096 * 8 / 2**20
+    assert d_grows.pool_mb > d_fixed.pool_mb and d_grows.pool_misses > 0
+    # growing, most regions are updated from their parents; without, hardly any
+    assert d_grows.updated_systems > 0.75 * d_big.updated_systems
+    assert d_fixed.updated_systems < 0.1 * d_big.updated_systems
+    assert d_grows.regions == d_big.regions == d_fixed.regions
+    for key in ("fn", "fp"):
+        assert np.asarray(grows[key]).sum() == np.asarray(big[key]).sum()
+
+
 def test_region_guard_stops_with_a_clear_message():
     X, y = _data(26)
     for method in ("neighbours", "theorem2"):

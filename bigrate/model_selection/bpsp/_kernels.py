@@ -26,7 +26,8 @@ WALK_DONE, WALK_MORE, WALK_GUARD, WALK_SINGULAR = 0, 1, 2, 3
 # diagnostics of the walk (a float64 vector: counts, and the area of thin pieces)
 D_REGIONS, D_SINGULAR, D_THIN, D_DEGENERATE, D_CORRECTIONS, D_THIN_AREA = range(6)
 D_UPDATES = 6  # regions whose system came by an update from their parent's
-N_DIAG = 7
+D_POOL_MISSES = 7  # moves whose parent's system the ring had already overwritten
+N_DIAG = 8
 # generations of updates (:func:`update`) before a system is solved from scratch again
 MAX_UPDATES = 64
 # the largest residual of an updated system, relative to its largest g~ coefficient
@@ -782,6 +783,12 @@ def walk(Q, y, box, rcoef, dom, KvT,
             continue
         ok = False
         depth = 0
+        if (
+            move >= 0
+            and pool.shape[0] > 0
+            and (parent < 0 or at[0] > parent + pool.shape[0])
+        ):
+            diag[D_POOL_MISSES] += 1  # gone from the ring, or never fitted in it
         if move >= 0 and parent >= 0 and at[0] <= parent + pool.shape[0]:
             Mp, Bp, ap, bp, gp, hp_, depth = _pool_get(pool, parent, n, nv)
             if depth < MAX_UPDATES:

@@ -211,6 +211,10 @@ class Diagnostics:
     # regions of the compiled walk whose system came by a rank-one update from their
     # parent's instead of a solve from scratch
     updated_systems: int = 0
+    # moves whose parent's system the walk's ring had overwritten (solved from
+    # scratch instead), and the ring's size at the end (it grows while they are many)
+    pool_misses: int = 0
+    pool_mb: float = 0.0
     # 1 where the walk met a singular bordered system (a non-unique dual) and the
     # partition was redone by the exact but slower walk over shapely polygons
     slow_path: int = 0
@@ -280,10 +284,16 @@ class Partitioner:
         # and 23.3 s with 12, 730 and 12.9 s with 0; spambase's 300 rows: the same
         # regions either way, 10 corrections)
         self.correct_after = 0
-        # the compiled walk's ring of recorded regions' systems (float64s, 32 MB), from
-        # which a neighbour's system is updated instead of solved (a breadth-first walk
-        # meets a region's neighbours some way down its queue)
+        # the compiled walk's ring of recorded regions' systems (float64s, 32 MB to
+        # start), from which a neighbour's system is updated instead of solved (a
+        # breadth-first walk meets a region's neighbours some way down its queue).
+        # Grown 4x at a time, up to pool_max_floats (1 GiB), while more than
+        # POOL_MISS_SHARE of a chunk's moves find their parent's system overwritten:
+        # an entry is ~(n_M + 1)^2 floats, so 32 MB holds ~100 parents at n_M ~ 200
+        # (spambase's 450 CV rows: 35% of the regions updated, 28.2 s a task, against
+        # all but a few and 8.0 s in 256 MB)
         self.pool_floats = 1 << 22
+        self.pool_max_floats = 1 << 27
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -446,7 +456,8 @@ class Partitioner:
         dpt, n_drop = np.zeros((64, 2)), 0
         from_union = True  # this round's seeds are the union's gaps
         # regions per walk call: a progress report between calls
-        chunk = 2000 if progress is not None else self.max_regions + 1
+        chunk = 2000 if progress is not None else self.CHUNK
+        seen_moves = seen_misses = 0.0  # the walk's counts when the ring last grew
         for _round in range(self.MAX_ROUNDS):
             t0 = time.perf_counter()
             for area in seeds:
@@ -477,6 +488,14 @@ class Partitioner:
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
                  tail, dpt, n_drop) = out[:12]  # fmt: skip
+                moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
+                misses = kd[_k.D_POOL_MISSES] - seen_misses
+                if (misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
+                        and len(pool) < self.pool_max_floats):  # fmt: skip
+                    pool = self._grown(
+                        pool, at, min(4 * len(pool), self.pool_max_floats)
+                    )
+                    seen_moves, seen_misses = moves, kd[_k.D_POOL_MISSES]
                 new, thin = out[12:17], out[17:]
                 if len(thin[0]):
                     thins.append(thin)
@@ -543,6 +562,8 @@ class Partitioner:
         d.degenerate_moves += int(kd[_k.D_DEGENERATE])
         d.corrections += int(kd[_k.D_CORRECTIONS])
         d.updated_systems += int(kd[_k.D_UPDATES])
+        d.pool_misses += int(kd[_k.D_POOL_MISSES])
+        d.pool_mb = max(d.pool_mb, pool.nbytes / 2**20)
         if gaps:
             d.unresolved_pieces += len(gaps)
             d.unresolved_area += sum(g.area for g in gaps)
@@ -577,6 +598,12 @@ class Partitioner:
 
     #: rounds of seeding (probe points or gaps) before the compiled walk gives up
     MAX_ROUNDS = 50
+    #: regions per call of the compiled walk (between calls: progress, the ring's size)
+    CHUNK = 5000
+    #: the share of a chunk's moves whose parent's system was overwritten beyond which
+    #: the ring grows
+    POOL_MISS_SHARE = 0.02
+
     #: probe points seeded a round at most (each a direct solve, or a few)
     MAX_PROBE_SEEDS = 1000
 
@@ -640,6 +667,23 @@ class Partitioner:
             round_ + 1 >= self.correct_after
             and sum(g.area for g in gaps) > 1e-6 * total
         )
+
+    @staticmethod
+    def _grown(pool, at, size):
+        """The walk's ring ``pool`` (write position ``at[0]``) as a ring of ``size``
+        floats with the same entries: an entry at v, intact while at[0] <= v +
+        len(pool), moves from v % len(pool) to v % size, and at[0] moves on by the
+        growth, so that entries overwritten before stay out of reach."""
+        old, a = pool.shape[0], int(at[0])
+        new = np.empty(size)
+        v = max(a - old, 0)
+        while v < a:  # in pieces that wrap in neither ring
+            so, sn = v % old, v % size
+            k = min(a - v, old - so, size - sn)
+            new[sn : sn + k] = pool[so : so + k]
+            v += k
+        at[0] = a + size - old
+        return new
 
     @staticmethod
     def _gather(chunks, n_val):
