@@ -1,12 +1,12 @@
 """BPSP vs grid search for the cost-sensitive SVM (issue: BPSP, Gu et al. 2015 Table 1).
 
     python benchmarks/bench_bpsp.py [--sets sonar,ionosphere,...] [--costs 2,5,10,ratio]
-        [--rows N] [--engine local|ray] [--no-path]
+        [--rows N] [--engine local|ray|dask] [--workers N] [--no-path]
 
 The paper's protocol: 30% of a dataset (stratified; standardised) is the CV set, split
 into 5 folds. Validation cost: cost_fn = C(-,+) in {2, 5, 10, class ratio} for a
 positive predicted negative, cost_fp = C(+,-) = 1. RBF kernel, gamma "scale". BPSP
-(local engine, one process) searches every (C+, C-) with C+ + C- <= 100: the (lambda,
+(BPSPSearchCV's defaults, see below) searches every (C+, C-) with C+ + C- <= 100: the (lambda,
 eta) rectangle with lambda in [0.01, 1] and the (C+, C-) triangle C+ + C- <= 1; the
 grid search (the paper's: 20 x 20 in log2 (C+, C-) over [0.01, 100]^2, then 20 x 20
 around the best point; scikit-learn's SVC, i.e. libsvm, with class weights) keeps to
@@ -21,8 +21,11 @@ benchmarks/out/bpsp.json after every row (rows of other datasets / sizes / costs
 there are kept).
 
 ``--rows N``: the CV set is a stratified sample of N rows (instead of 30%, or spambase's
-200), for the sets of 250-600 CV rows. ``--engine ray``: BPSPSearchCV's default engine
-(embedded Ray on 127.0.0.1, one task per core), started before the clock. Every row
+200), for the sets of 250-600 CV rows. BPSP runs with BPSPSearchCV's defaults but the
+grid's domain (``lambda_min``): the local engine, a thread per core in this process.
+``--workers N``: N threads (1: one task after another, as the grid's fits);
+``--engine ray`` / ``dask``: an embedded cluster of N (default: all) CPUs on 127.0.0.1,
+started and stopped inside the clock, as a fit does. Every row
 also reports where the tasks' time went (the compiled walk, the seeding of gaps, the
 invariant cells) and the regions per space. ``--no-path`` skips the eta-path column.
 """
@@ -30,6 +33,7 @@ invariant cells) and the regions per space. ``--no-path`` skips the eta-path col
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import warnings
@@ -144,8 +148,12 @@ def main():
     engine = (
         sys.argv[sys.argv.index("--engine") + 1] if "--engine" in sys.argv else "local"
     )
-    if engine not in ("local", "ray"):
-        raise SystemExit(f"--engine must be local or ray, got {engine!r}")
+    if engine not in ("local", "ray", "dask"):
+        raise SystemExit(f"--engine must be local, ray or dask, got {engine!r}")
+    workers = (
+        int(sys.argv[sys.argv.index("--workers") + 1]) if "--workers" in sys.argv
+        else None
+    )  # fmt: skip
     with_path = "--no-path" not in sys.argv
     path = HERE / "out" / "bpsp.json"
     out = {"lambda_min": LAMBDA_MIN, "results": []}
@@ -169,7 +177,8 @@ def main():
                 # the estimator's defaults but the grid's domain (lambda_min) and
                 # the engine asked for
                 s = BPSPSearchCV(gamma=gamma, cv=folds, cost_fn=cost_fn,
-                                 engine=engine, lambda_min=LAMBDA_MIN,
+                                 engine=engine, n_workers=workers,
+                                 lambda_min=LAMBDA_MIN,
                                  progress=False).fit(Xc, yc)  # fmt: skip
                 fit_s = time.perf_counter() - t
             t = time.perf_counter()
@@ -203,12 +212,14 @@ def main():
                      for k in ("regions", "walk_seconds", "seeding_seconds",
                                "cells_seconds", "seconds", "direct_solves",
                                "corrections", "degenerate_moves", "updated_systems",
-                               "slow_path")}
+                               "pool_misses", "slow_path")}
+                | {"pool_mb": max(f["pool_mb"] for f in d[sp])}
                 for sp in d
             }  # fmt: skip
             r = {
                 "dataset": name, "cv_rows": len(yc), "cost_fn": cost_fn,
-                "engine": engine, "spaces": spaces,
+                "engine": engine, "workers": workers or os.cpu_count(),
+                "spaces": spaces,
                 "bpsp_cv_error": best["cv_error"], "bpsp_seconds": bpsp_s,
                 "bpsp_rescore_seconds": rescore_s, "bpsp_params": best["params"],
                 "bpsp_best_area": best["area"],
@@ -233,11 +244,11 @@ def main():
             # (a run on other sets may have added some meanwhile)
             if path.exists():
                 out["results"] = json.loads(path.read_text()).get("results", [])
-            key = (name, len(yc), cost_fn, engine)
+            key = (name, len(yc), cost_fn, engine, r["workers"])
             out["results"] = [
                 o for o in out["results"]
                 if (o["dataset"], o["cv_rows"], o["cost_fn"],
-                    o.get("engine", "local")) != key
+                    o.get("engine", "local"), o.get("workers", 1)) != key
             ] + [r]  # fmt: skip
             print(json.dumps(r), flush=True)
             # after every row, atomically: an interrupted run keeps what it measured
