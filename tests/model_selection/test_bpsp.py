@@ -202,6 +202,25 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
         assert np.asarray(grows[key]).sum() == np.asarray(big[key]).sum()
 
 
+def test_polygons_of_a_walk_are_its_regions_polygons():
+    """The walk's regions as shapely polygons in one GEOS call: the same geometry,
+    coordinate for coordinate, as a Polygon built from each region's vertices."""
+    from shapely.geometry import Polygon
+
+    from bigrate.model_selection.bpsp.geometry import polygons_of
+
+    X, y = _data(40, seed=5)
+    walked = Partitioner(X, y, gamma=0.5, lambda_min=0.05)._run_compiled()
+    vert, off = walked.vert, walked.off
+    assert len(off) > 100
+    for lo in (0, 7):  # a whole chunk, and one whose offsets start further on
+        got = polygons_of(vert, off[lo:])
+        want = [Polygon(vert[off[r] : off[r + 1]]) for r in range(lo, len(off) - 1)]
+        assert len(got) == len(want)
+        assert all(g.equals_exact(w, 0.0) for g, w in zip(got, want, strict=True))
+    assert len(polygons_of(vert, off[:1])) == 0
+
+
 def test_region_guard_stops_with_a_clear_message():
     X, y = _data(26)
     for method in ("neighbours", "theorem2"):

@@ -56,6 +56,7 @@ from bigrate.model_selection.bpsp.geometry import (
     overlay,
     parts,
     polygonal,
+    polygons_of,
     stack_polygons,
     vertices_ccw,
 )
@@ -521,8 +522,7 @@ class Partitioner:
                 break
             t0 = time.perf_counter()
             for c in [*chunks[n_chunks:], *thins]:  # regions, then thin ones
-                polys += [Polygon(c[1][c[2][r] : c[2][r + 1]])
-                          for r in range(len(c[0]))]  # fmt: skip
+                polys += list(polygons_of(c[1], c[2]))
             n_chunks, thins = len(chunks), []
             # first the probe points (across dropped moves and thin regions' facets)
             # that no region covers; the union of every region only where none is
