@@ -3,7 +3,20 @@ a pool of threads for tasks whose hot loops release the GIL (``threads``)."""
 
 from __future__ import annotations
 
+import threading
+
+from bigrate import _cancel
 from bigrate.engines.base import Engine, _call
+
+
+def _bound_call(stop: threading.Event, fn, args):
+    """``_call(fn, args)`` on a thread whose :func:`bigrate._cancel.check` looks at
+    ``stop``."""
+    _cancel.bind(stop)
+    try:
+        return _call(fn, args)
+    finally:
+        _cancel.bind(None)
 
 
 class LocalEngine(Engine):
@@ -14,8 +27,10 @@ class LocalEngine(Engine):
     process, results yielded as they finish. Only for tasks that share no mutable
     state and spend their time in compiled code that releases the GIL (BPSP's
     partitions): there is no process to start and nothing to copy, but Python code in
-    the tasks runs one thread at a time. An interrupt stops the tasks not yet started
-    and waits for the running ones to return."""
+    the tasks runs one thread at a time. A caller that stops (an error, Ctrl-C)
+    cancels the tasks not yet started and waits for the running ones, which stop at
+    their next :func:`bigrate._cancel.check` (BPSP's partitions: between calls of
+    their compiled walk and between seeds) or at their end."""
 
     name = "local"
 
@@ -36,8 +51,12 @@ class LocalEngine(Engine):
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
         ex = ThreadPoolExecutor(self.threads, thread_name_prefix="bigrate-local")
+        stop = threading.Event()
         try:
-            index = {ex.submit(_call, fn, args): i for i, args in enumerate(args_list)}
+            index = {
+                ex.submit(_bound_call, stop, fn, args): i
+                for i, args in enumerate(args_list)
+            }
             pending = set(index)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -46,5 +65,7 @@ class LocalEngine(Engine):
                 for f in sorted(done, key=index.__getitem__):
                     yield index[f], f.result()
         finally:
-            # on an interrupt or a caller that stops early: no further task starts
+            # on an interrupt or a caller that stops early: no further task starts,
+            # and the running ones stop at their next check
+            stop.set()
             ex.shutdown(wait=True, cancel_futures=True)

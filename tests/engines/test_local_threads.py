@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from bigrate import _cancel
 from bigrate.engines import TaskError, open_engine
 from bigrate.engines.local import LocalEngine
 
@@ -62,3 +63,52 @@ def test_no_task_starts_after_the_caller_stops():
 def test_threads_must_be_a_positive_int(bad):
     with pytest.raises(ValueError, match="threads must be an int >= 1"):
         LocalEngine(threads=bad)
+
+
+def test_running_tasks_stop_at_their_next_check_when_the_caller_stops():
+    """A caller that stops (an error, Ctrl-C) does not wait for its running tasks to
+    end: they raise Cancelled at their next check."""
+    seen = []
+
+    def spin(i):
+        if i == 0:
+            return i
+        t = time.perf_counter()
+        try:
+            while time.perf_counter() - t < 30:  # until cancelled (30 s: a failure)
+                _cancel.check()
+                time.sleep(0.01)
+        except _cancel.Cancelled:
+            seen.append(i)
+            raise
+        return i
+
+    with LocalEngine(threads=2) as eng:
+        it = eng.map(spin, [(0,), (1,), (2,)])
+        assert next(it) == (0, 0)
+        t = time.perf_counter()
+        it.close()
+        assert time.perf_counter() - t < 5
+    assert seen in ([1], [2], [1, 2], [2, 1])
+    _cancel.check()  # this thread was never bound: nothing to raise
+
+
+def test_a_bound_partition_stops_at_its_next_check():
+    import threading
+
+    import numpy as np
+
+    from bigrate.model_selection.bpsp.partition import Partitioner
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 2))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    stop = threading.Event()
+    stop.set()
+    _cancel.bind(stop)
+    try:
+        with pytest.raises(_cancel.Cancelled):
+            Partitioner(X, y, gamma=0.5, lambda_min=0.05).run()
+    finally:
+        _cancel.bind(None)
+    assert len(Partitioner(X, y, gamma=0.5, lambda_min=0.05).run()) > 10

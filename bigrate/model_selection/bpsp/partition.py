@@ -46,6 +46,7 @@ import shapely
 import shapely.geometry
 from shapely.geometry import Polygon, box
 
+from bigrate import _cancel
 from bigrate.model_selection.bpsp import _kernels as _k
 from bigrate.model_selection.bpsp.geometry import (
     clip,
@@ -462,6 +463,7 @@ class Partitioner:
         for _round in range(self.MAX_ROUNDS):
             t0 = time.perf_counter()
             for area in seeds:
+                _cancel.check()  # a direct solve and its corrections apiece
                 # a probe point is tried once: one whose partition was seen lies in
                 # a thin region, and random points of its tiny square give the same
                 st = self._seed(
@@ -479,6 +481,7 @@ class Partitioner:
             self.diag.seeding_seconds += time.perf_counter() - t0
             found = 0
             while True:
+                _cancel.check()  # between calls of the walk (CHUNK regions apiece)
                 t0 = time.perf_counter()
                 out = _k.walk(
                     self.Q, self.y, self.box, rcoef, dom, KvT,
