@@ -334,12 +334,8 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         import os
 
         workers = self.n_workers or os.cpu_count() or 1
-        if self.engine == "local":
-            if self.address:
-                raise ValueError(
-                    "engine 'local' takes no address (use 'dask' or 'ray' for a cluster)"
-                )
-            return open_engine("local", threads=workers)
+        if self.engine == "local":  # open_engine refuses an address for it
+            return open_engine("local", self.address, threads=workers)
         if self.address:
             return open_engine(self.engine, self.address)
         return open_engine(self.engine, n_workers=workers, dashboard=False)
