@@ -173,11 +173,13 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
     of reach; the walk then updates its regions from their parents and partitions
     as with a ring large enough from the start."""
     # live entries at v in [13, 23) of a 10-float ring: positions 3..9 then 0..2
-    pool, at = np.arange(10.0), np.array([23])
+    pool, at = np.arange(10.0), np.array([23, 0])
     new = Partitioner._grown(pool, at, 40)
     assert [new[v % 40] for v in range(13, 23)] == [pool[v % 10] for v in range(13, 23)]
-    # "intact while at[0] <= v + len(pool)": v = 13 still is, v = 12 still is not
+    # "intact while at[0] <= v + len(pool)": v = 13 still is, v = 12 still is not;
+    # entries lost from here on were written into the grown ring
     assert at[0] <= 13 + len(new) and not at[0] <= 12 + len(new)
+    assert at[1] == 23
     X, y = _data(100, seed=11)
     Xv, yv = _data(40, seed=12)
     Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
@@ -198,8 +200,15 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
     assert d_grows.updated_systems > 0.75 * d_big.updated_systems
     assert d_fixed.updated_systems < 0.1 * d_big.updated_systems
     assert d_grows.regions == d_big.regions == d_fixed.regions
+    # the same cells; their counts equal but on slivers below what the best point
+    # considers (PIECE_TOL: a cell of area 4.5e-12 changes sides at a rounding of h)
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.search import PIECE_TOL
+
+    assert (np.asarray(grows["off"]) == np.asarray(big["off"])).all()
     for key in ("fn", "fp"):
-        assert np.asarray(grows[key]).sum() == np.asarray(big[key]).sum()
+        for c in np.flatnonzero(np.asarray(grows[key]) != np.asarray(big[key])):
+            assert K.area(big["vert"][big["off"][c] : big["off"][c + 1]]) < PIECE_TOL
 
 
 def test_polygons_of_a_walk_are_its_regions_polygons():
@@ -427,6 +436,36 @@ def _solved(K, args, st):
     return (*got, M, B)
 
 
+def _ring(K, M, B, a, b, g, h):
+    """A ring holding one explicit entry (an anchor): (pool, at, its position)."""
+    pool, at = np.empty(1 << 20), np.zeros(2, np.int64)
+    return pool, at, K.pool_put(pool, at, M, B, np.empty(0), 0.0, -1, a, b, g, h, 0)
+
+
+def _check_update(K, args, KvT, y, pool, at, v, child, row, kind):
+    """The update of the ring entry at v across (row, kind) against the child solved
+    from scratch: None where the child is singular (solved from scratch by the walk)
+    or the update refused; else the child's entry, written into the ring as a term
+    on v's inverse."""
+    want = _solved(K, args, child)
+    if want[4]:
+        return None
+    ok, M2, w2, c2, a2, b2, g2, h2, ineq2 = K.update(*args, KvT, child, row, kind,
+                                                     pool, v)  # fmt: skip
+    if not ok:
+        return None
+    B2 = K.explicit_inverse(pool, v, M2, w2, c2)
+    o, o_want = np.argsort(M2), np.argsort(want[6])
+    assert (M2[o] == want[6][o_want]).all()
+    B_want = want[7][np.ix_(np.r_[0, o_want + 1], np.r_[0, o_want + 1])]
+    B_got = B2[np.ix_(np.r_[0, o + 1], np.r_[0, o + 1])]
+    np.testing.assert_allclose(B_got, B_want, atol=1e-9 * abs(B_want).max())
+    for got_, want_ in ((a2, want[0]), (b2, want[1]), (g2, want[2]), (ineq2, want[3]),
+                        (h2, K.numerators(KvT, y, child, want[0], want[1]))):  # fmt: skip
+        np.testing.assert_allclose(got_, want_, atol=1e-10)
+    return K.pool_put(pool, at, M2, np.empty((0, 0)), w2, c2, v, a2, b2, g2, h2, 1)
+
+
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
 def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratch(
     space,
@@ -435,7 +474,10 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     row joining M: the inverse bordered; leaving it for 0 or its box: the row taken
     out) equals the child's system solved from scratch: M, the bordered inverse,
     alpha, b', g~, the validation numerators and the inequalities; the few updates
-    refused as too inaccurate (a Schur complement of 1e-3 loses digits) aside."""
+    refused as too inaccurate (a Schur complement of 1e-3 loses digits) aside. The
+    parent's inverse is its entry in the walk's ring: written out (an anchor), or a
+    rank-one term on its own parent's (a child's child, across each of its facets:
+    joins and leaves on a chain of terms)."""
     from bigrate.model_selection.bpsp import _kernels as K
 
     X, y = _data(40, seed=3)
@@ -443,7 +485,7 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     KvT = np.ascontiguousarray(Kv.T)
     p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
     args = (p.Q, p.y, p.box, p.space.r_coef)
-    kinds = set()
+    kinds, chained = set(), set()
     checked = refused = 0
     states = p._run_compiled(None, Kv).states
     # about 400 regions spread over the whole partition (every region of the (C+, C-)
@@ -453,30 +495,31 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
         a, b, g, ineq, singular, _, M, B = _solved(K, args, st)
         h = K.numerators(KvT, p.y, st, a, b)
         np.testing.assert_allclose(h, Kv @ (a * p.y[:, None]) + b, atol=1e-12)
+        pool, at, v = _ring(K, M, B, a, b, g, h)
         for f in range(ineq.shape[0]):
             row, kind = int(ineq[f, 3]), int(ineq[f, 4])
             child = st.copy()
             child[row] = K.move_to(kind)
-            want = _solved(K, args, child)
-            if want[4]:
+            if _solved(K, args, child)[4]:
                 continue  # singular: the walk solves it from scratch
-            ok, M2, B2, a2, b2, g2, h2, ineq2 = K.update(*args, KvT, child, row, kind,
-                                                         M, B, a, b, g, h)  # fmt: skip
-            if not ok:  # too inaccurate (the walk solves it from scratch)
+            vc = _check_update(K, args, KvT, p.y, pool, at, v, child, row, kind)
+            if vc is None:  # too inaccurate (the walk solves it from scratch)
                 refused += 1
                 continue
-            o, o_want = np.argsort(M2), np.argsort(want[6])
-            assert (M2[o] == want[6][o_want]).all()
-            B_want = want[7][np.ix_(np.r_[0, o_want + 1], np.r_[0, o_want + 1])]
-            B_got = B2[np.ix_(np.r_[0, o + 1], np.r_[0, o + 1])]
-            np.testing.assert_allclose(B_got, B_want, atol=1e-9 * abs(B_want).max())
-            for got_, want_ in ((a2, want[0]), (b2, want[1]), (g2, want[2]),
-                                (ineq2, want[3]),
-                                (h2, K.numerators(KvT, p.y, child, want[0], want[1]))):  # fmt: skip
-                np.testing.assert_allclose(got_, want_, atol=1e-10)
             kinds.add(kind)
             checked += 1
+            if checked % 40:
+                continue
+            # the child's own neighbours, from its term on this region's inverse
+            ineq_c = K.system(*args, child)[3]
+            for fc in range(ineq_c.shape[0]):
+                r2, k2 = int(ineq_c[fc, 3]), int(ineq_c[fc, 4])
+                grand = child.copy()
+                grand[r2] = K.move_to(k2)
+                if _check_update(K, args, KvT, p.y, pool, at, vc, grand, r2, k2):
+                    chained.add(k2)
     assert checked > 500 and kinds == {K.LOWER, K.UPPER, K.E_ROW, K.R_ROW}
+    assert chained == kinds
     assert refused <= 0.01 * checked
 
 
@@ -497,33 +540,40 @@ def test_an_update_that_lost_accuracy_is_refused():
     row, kind = int(ineq[f, 3]), int(ineq[f, 4])
     child = st.copy()
     child[row] = K.M_SET
-    assert K.update(*args, KvT, child, row, kind, M, B, a, b, g, h)[0]
+    assert K.update(*args, KvT, child, row, kind, *_ring(K, M, B, a, b, g, h)[::2])[0]
     # a parent inverse off by a relative 1e-9 (what a long chain of updates of an
     # ill-conditioned system can leave)
     noisy = B * (1 + 1e-9 * np.random.default_rng(0).standard_normal(B.shape))
     noisy = (noisy + noisy.T) / 2
-    assert not K.update(*args, KvT, child, row, kind, M, noisy, a, b, g, h)[0]
+    pool, _, v = _ring(K, M, noisy, a, b, g, h)
+    assert not K.update(*args, KvT, child, row, kind, pool, v)[0]
 
 
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
-@pytest.mark.parametrize("pool_floats", [None, 3_000])
-def test_walk_with_updates_equals_the_walk_solving_each_region(space, pool_floats):
+@pytest.mark.parametrize("pool_floats, chain_max",
+                         [(None, None), (3_000, None), (None, 0), (None, 1)])  # fmt: skip
+def test_walk_with_updates_equals_the_walk_solving_each_region(
+    space, pool_floats, chain_max
+):
     """The walk whose regions take their systems by updates from their parents' (the
     default pool (None) holds every parent here; a pool of 3,000 floats a few of
     them) gives the partition of the walk that solves every region from scratch (a
-    pool of 0)."""
+    pool of 0): with the default chains of rank-one terms, with every inverse
+    written out (chain_max 0) and with one term at most on each (1)."""
     X, y = _data(40, seed=3)
     Kv = cross_kernel(_data(9, seed=4)[0], X, "rbf", 0.5, 0.0, 3)
 
-    def walk(floats):
+    def walk(floats, chain=None):
         p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
         if floats is not None:
             p.pool_floats = floats
+        if chain is not None:
+            p.chain_max = chain
         w = p._run_compiled(None, Kv)
         return p.diag, {s.tobytes(): (a, h) for s, a, h in zip(w.states, w.areas, w.H)}
 
     ref_diag, ref = walk(0)
-    got_diag, got = walk(pool_floats)
+    got_diag, got = walk(pool_floats, chain_max)
     assert ref_diag.updated_systems == 0
     if pool_floats is None:  # the default pool
         assert got_diag.updated_systems >= 0.9 * got_diag.regions

@@ -27,7 +27,10 @@ WALK_DONE, WALK_MORE, WALK_GUARD, WALK_SINGULAR = 0, 1, 2, 3
 D_REGIONS, D_SINGULAR, D_THIN, D_DEGENERATE, D_CORRECTIONS, D_THIN_AREA = range(6)
 D_UPDATES = 6  # regions whose system came by an update from their parent's
 D_POOL_MISSES = 7  # moves whose parent's system the ring had already overwritten
-N_DIAG = 8
+# ... of those, the ones whose lost entry was written since the ring last grew (at[1]):
+# a ring too small now, not one that was
+D_RING_SHORT = 8
+N_DIAG = 9
 # generations of updates (:func:`update`) before a system is solved from scratch again
 MAX_UPDATES = 64
 # the largest residual of an updated system, relative to its largest g~ coefficient
@@ -217,53 +220,67 @@ def numerators(KvT, y, state, alpha, bprime):
 
 
 @njit(cache=True, nogil=True)
-def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, gt_p,
-           h_p):  # fmt: skip
-    """The system of the partition ``state``, which is its parent's (margin rows
-    ``Mp``, bordered inverse ``Bp``, solution ``alpha_p``, ``bprime_p``, ``gt_p``,
-    validation numerators ``h_p``) with one ``row`` moved across its inequality of
-    ``kind``, in O(n_M^2 + n n_M) instead of a solve from scratch (the rank-one
+def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
+    """The system of the partition ``state``, which is the one of the ring entry at
+    ``v`` of ``pool`` (:func:`pool_put`) with one ``row`` moved across its inequality
+    of ``kind``, in O(n_M^2 + n n_M) instead of a solve from scratch (the rank-one
     updates of the paper's sec. 4, after Laskov et al.).
 
     The two solutions agree on the facet, so they differ by d l(p): l the facet's
     affine function, d a column of an inverse. A row joining M: l = r - g~_row and d
-    = B' e_row, B' the parent's inverse bordered by the row (Schur complement s); a
-    row leaving M for its bound t (0 or its box): l = t - alpha_row and d = B e_row /
-    B_row,row, B' the parent's inverse with the row's line and column taken out.
-    Returns (ok, M, B, alpha, bprime, g~, h, inequalities); not ok where the new
-    system is nearly singular (|s| or |B_row,row| under 1e-8 of its terms): the
-    caller solves it from scratch."""
+    = B' e_row, B' the parent's inverse B bordered by the row (Schur complement s =
+    Q_rr - a^T B a, a = (y_r, Q_M,r)); a row leaving M for its bound t (0 or its
+    box): l = t - alpha_row and d = B e_row / B_row,row. Either way B' = B + c w w^T
+    on the child's margin rows: w = (B a, -1), c = 1 / s, or w = B e_row, c =
+    -1 / B_row,row. So an entry of the ring keeps its term (c, w) and not its
+    inverse: B is its anchor's explicit inverse (an ancestor's) plus the terms of the
+    generations since (:func:`_chain`), and the update reads the anchor once (B a) or
+    one column of it. Writing every region's inverse ((n_M + 1)^2 floats, 320 KB at
+    n_M = 200) and reading its parent's back from memory was most of a region's cost
+    at 450 CV rows; a term is n + 1 floats.
+
+    Returns (ok, M, w, c, alpha, bprime, g~, h, inequalities); w over (b', rows)
+    (index 0 for b', 1 + i for row i). Not ok where the new system is nearly
+    singular (|s| or |B_row,row| under 1e-8 of its terms) or the update's residual is
+    beyond UPDATE_RESIDUAL: the caller solves it from scratch."""
     n = y.shape[0]
-    nv = KvT.shape[1]
-    mb = Bp.shape[0]
+    mb, _, _, _, Mp, alpha_p, bprime_p, gt_p, h_p = _pool_system(
+        pool, v, n, KvT.shape[1]
+    )
+    sa, offs, coefs = _chain(pool, v)
     ell = np.empty(3)
+    w = np.zeros(n + 1)
     if kind == E_ROW or kind == R_ROW:  # the row joins M, last
-        a = np.empty(mb)
-        a[0] = y[row]
+        au = np.zeros(n + 1)
+        au[0] = y[row]
         for k in range(mb - 1):
-            a[k + 1] = Q[Mp[k], row]
-        Ba = Bp @ a
-        aBa = 0.0
-        for k in range(mb):
-            aBa += a[k] * Ba[k]
+            au[1 + Mp[k]] = Q[Mp[k], row]
+        Bau = _product(pool, sa, offs, coefs, au)
+        Ba = np.empty(mb)
+        Ba[0] = Bau[0]
+        for k in range(mb - 1):
+            Ba[k + 1] = Bau[1 + Mp[k]]
+        aBa = au[0] * Ba[0]
+        for k in range(mb - 1):
+            aBa += au[1 + Mp[k]] * Ba[k + 1]
         q = Q[row, row]
         s = q - aBa
         if not abs(s) > 1e-8 * (abs(q) + abs(aBa)):
-            return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
+            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
                     np.zeros((0, 5)))  # fmt: skip
-        B = np.empty((mb + 1, mb + 1))
-        for i in range(mb):
-            bi = Ba[i] / s
-            for j in range(mb):
-                B[i, j] = Bp[i, j] + bi * Ba[j]
-            B[i, mb] = -bi
-            B[mb, i] = -bi
-        B[mb, mb] = 1.0 / s
         M = np.empty(mb, np.int64)
         for k in range(mb - 1):  # loops, not slice copies: see bigrate._jit
             M[k] = Mp[k]
         M[mb - 1] = row
-        d = B[:, mb].copy()
+        d = np.empty(mb + 1)
+        for i in range(mb):
+            d[i] = -Ba[i] / s
+        d[mb] = 1.0 / s
+        w[0] = Ba[0]
+        for k in range(mb - 1):
+            w[1 + Mp[k]] = Ba[k + 1]
+        w[1 + row] = -1.0
+        c = 1.0 / s
         for t in range(3):
             ell[t] = rcoef[t] - gt_p[row, t]
         rows = M
@@ -273,35 +290,51 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, g
         for k in range(mb - 1):
             if Mp[k] == row:
                 pi = k + 1
-        big, bpp = 0.0, 0.0
-        if pi > 0:
-            bpp = Bp[pi, pi]
-            for k in range(mb):
-                big = max(big, abs(Bp[pi, k]))
-        if not abs(bpp) > 1e-8 * big:
-            return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
+        if pi < 0:
+            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
                     np.zeros((0, 5)))  # fmt: skip
-        d = Bp[:, pi] / bpp
-        B = np.empty((mb - 1, mb - 1))
+        cu = _column(pool, sa, offs, coefs, 1 + row, n + 1)
+        col = np.empty(mb)
+        col[0] = cu[0]
+        for k in range(mb - 1):
+            col[k + 1] = cu[1 + Mp[k]]
+        big = 0.0
+        for k in range(mb):
+            big = max(big, abs(col[k]))
+        bpp = col[pi]
+        if not abs(bpp) > 1e-8 * big:
+            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
+                    np.zeros((0, 5)))  # fmt: skip
+        d = col / bpp
         M = np.empty(mb - 2, np.int64)
         ii = 0
-        for i in range(mb):
-            if i == pi:
-                continue
-            bi = Bp[i, pi] / bpp
-            jj = 0
-            for j in range(mb):
-                if j == pi:
-                    continue
-                B[ii, jj] = Bp[i, j] - bi * Bp[pi, j]
-                jj += 1
-            if i > 0:
-                M[ii - 1] = Mp[i - 1]
-            ii += 1
+        for k in range(mb - 1):
+            if k + 1 != pi:
+                M[ii] = Mp[k]
+                ii += 1
+        w[0] = col[0]
+        for k in range(mb - 1):
+            w[1 + Mp[k]] = col[k + 1]
+        c = -1.0 / bpp
         target = 1.0 if kind == UPPER else 0.0
         for t in range(3):
             ell[t] = target * box[row, t] - alpha_p[row, t]
         rows = Mp
+    ok, alpha, bprime, gt, h, ineq = _moved(
+        Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p, bprime_p,
+        gt_p, h_p,
+    )  # fmt: skip
+    return ok, M, w, c, alpha, bprime, gt, h, ineq
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
+           bprime_p, gt_p, h_p):  # fmt: skip
+    """The child's solution from its parent's moved by d l(p) (:func:`update`): (ok,
+    alpha, b', g~, h, inequalities), not ok where the residual of the bordered
+    system is beyond UPDATE_RESIDUAL."""
+    n = y.shape[0]
+    nv = KvT.shape[1]
     alpha = alpha_p.copy()
     bprime = bprime_p + d[0] * ell
     u = np.empty(n)
@@ -322,7 +355,7 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, g
             gt[i, t] += u[i] * ell[t]
     # the update's own residual: g~ of the rows in M at r, y^T alpha at 0 (g~ and
     # alpha move together, so this is the residual of the bordered system; updates of
-    # an explicit inverse lose accuracy down a chain of them, by up to 1e4x a step on
+    # an inverse lose accuracy down a chain of them, by up to 1e4x a step on
     # ill-conditioned systems)
     res, big = 0.0, 1.0
     for i in range(n):
@@ -339,20 +372,19 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, Mp, Bp, alpha_p, bprime_p, g
                 ya += y[i] * alpha[i, t]
         res = max(res, abs(ya))
     if res > UPDATE_RESIDUAL * big:
-        return (False, Mp, Bp, alpha_p, bprime_p, gt_p, h_p,
-                np.zeros((0, 5)))  # fmt: skip
+        return False, alpha, bprime, gt, h_p, np.zeros((0, 5))
     hv = np.full(nv, d[0])
     for k in range(rows.shape[0]):
         j = rows[k]
-        w = y[j] * d[k + 1]
+        wj = y[j] * d[k + 1]
         for v in range(nv):
-            hv[v] += w * KvT[j, v]
+            hv[v] += wj * KvT[j, v]
     h = h_p.copy()
     for v in range(nv):
         for t in range(3):
             h[v, t] += hv[v] * ell[t]
     ineq = inequalities(alpha, gt, state, box, rcoef, True)
-    return True, M, B, alpha, bprime, gt, h, ineq
+    return True, alpha, bprime, gt, h, ineq
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -572,17 +604,33 @@ def _seen_add(table, store, count, st, slot):
 
 
 # ------------------------------------------------------------------ the walk
-@njit(cache=True, nogil=True, internal=True)
-def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
+# an entry of the walk's ring: mb (= n_M + 1), generations of updates since a solve
+# from scratch, explicit (1: its inverse; 0: a rank-one term on its parent's), the
+# ring positions of its anchor (the explicit inverse its terms sit on) and of its
+# parent, the count of terms since the anchor, the term's coefficient; then M, the
+# inverse (mb * mb) or the term's w (n + 1), alpha, b', g~ and h
+_HEAD = 7
+
+
+@njit(cache=True, nogil=True)
+def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     """Write a region's system into the ring ``pool`` at ``at[0]`` (an entry never
-    wraps: it starts over at 0 where it would). Returns where it went (-1: no system,
-    or larger than the pool)."""
-    mb = B.shape[0]
+    wraps: it starts over at 0 where it would): with its bordered inverse ``B`` if
+    it has rows (an anchor), or else as the term ``coef`` w w^T on the inverse of the
+    entry at ``parent`` (:func:`update`). Returns where it went (-1: no system, or
+    larger than the pool)."""
+    mb = M.shape[0] + 1
     n, nv = alpha.shape[0], h.shape[0]
-    size = 2 + (mb - 1) + mb * mb + 6 * n + 3 + 3 * nv
+    explicit = B.shape[0] > 0
+    body = mb * mb if explicit else n + 1
+    size = _HEAD + (mb - 1) + body + 6 * n + 3 + 3 * nv
     P = pool.shape[0]
-    if mb == 0 or size > P:
+    if size > P or (explicit and B.shape[0] != mb) or (not explicit and parent < 0):
         return -1
+    anchor, chain = -1, 0
+    if not explicit:  # read before the entry is written (it may overwrite them)
+        sp = parent % P
+        anchor, chain = int(pool[sp + 3]), int(pool[sp + 5]) + 1
     v = at[0]
     s = v % P
     if s + size > P:
@@ -591,15 +639,23 @@ def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
     at[0] = v + size
     pool[s] = mb
     pool[s + 1] = depth
-    s += 2
+    pool[s + 2] = 1.0 if explicit else 0.0
+    pool[s + 3] = v if explicit else anchor
+    pool[s + 4] = parent if not explicit else -1
+    pool[s + 5] = chain
+    pool[s + 6] = 0.0 if explicit else coef
+    s += _HEAD
     for k in range(mb - 1):
         pool[s + k] = M[k]
     s += mb - 1
-    # row by row in C order, as ravel() would (loops: see bigrate._jit)
-    for i in range(mb):
-        for j in range(mb):
-            pool[s + i * mb + j] = B[i, j]
-    s += mb * mb
+    if explicit:  # row by row in C order, as ravel() would (loops: see bigrate._jit)
+        for i in range(mb):
+            for j in range(mb):
+                pool[s + i * mb + j] = B[i, j]
+    else:
+        for k in range(n + 1):
+            pool[s + k] = w[k]
+    s += body
     for i in range(n):
         for t in range(3):
             pool[s + 3 * i + t] = alpha[i, t]
@@ -617,18 +673,27 @@ def _pool_put(pool, at, M, B, alpha, bprime, gt, h, depth):
     return v
 
 
+@njit(cache=True, nogil=True)
+def pool_intact(pool, at, v):
+    """Whether the entry at ``v`` and every entry its inverse is made of (its anchor
+    and the terms since, all written after the anchor) are still in the ring."""
+    P = pool.shape[0]
+    if v < 0 or P == 0 or at[0] > v + P:
+        return False
+    return at[0] <= int(pool[v % P + 3]) + P
+
+
 @njit(cache=True, nogil=True, internal=True)
-def _pool_get(pool, v, n, nv):
-    """The system :func:`_pool_put` wrote at ``v``: (M, B, alpha, b', g~, h,
-    depth), B and the rest as views of the pool."""
+def _pool_system(pool, v, n, nv):
+    """The entry :func:`pool_put` wrote at ``v``: (mb, depth, chain, anchor, M,
+    alpha, b', g~, h), alpha and the rest as views of the pool."""
     s = v % pool.shape[0]
     mb = int(pool[s])
-    depth = int(pool[s + 1])
-    s += 2
+    depth, chain, anchor = int(pool[s + 1]), int(pool[s + 5]), int(pool[s + 3])
+    body = mb * mb if pool[s + 2] == 1.0 else n + 1
+    s += _HEAD
     M = pool[s : s + mb - 1].astype(np.int64)
-    s += mb - 1
-    B = pool[s : s + mb * mb].reshape((mb, mb))
-    s += mb * mb
+    s += mb - 1 + body
     alpha = pool[s : s + 3 * n].reshape((n, 3))
     s += 3 * n
     bprime = pool[s : s + 3]
@@ -636,7 +701,119 @@ def _pool_get(pool, v, n, nv):
     gt = pool[s : s + 3 * n].reshape((n, 3))
     s += 3 * n
     h = pool[s : s + 3 * nv].reshape((nv, 3))
-    return M, B, alpha, bprime, gt, h, depth
+    return mb, depth, chain, anchor, M, alpha, bprime, gt, h
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _chain(pool, v):
+    """The inverse of the entry at ``v`` as its anchor's slot and the terms of the
+    generations since: the pool offsets of their w and their coefficients."""
+    P = pool.shape[0]
+    count, u = 0, v
+    while pool[u % P + 2] == 0.0:
+        count += 1
+        u = int(pool[u % P + 4])
+    offs = np.empty(count, np.int64)
+    coefs = np.empty(count)
+    u = v
+    for k in range(count):
+        s = u % P
+        offs[k] = s + _HEAD + int(pool[s]) - 1
+        coefs[k] = pool[s + 6]
+        u = int(pool[s + 4])
+    return u % P, offs, coefs
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _anchor_rows(pool, sa):
+    """The anchor's (b', rows) as indices 0 and 1 + i, and its inverse (a view)."""
+    mba = int(pool[sa])
+    ia = np.empty(mba, np.int64)
+    ia[0] = 0
+    for k in range(mba - 1):
+        ia[k + 1] = 1 + int(pool[sa + _HEAD + k])
+    s = sa + _HEAD + mba - 1
+    return ia, pool[s : s + mba * mba].reshape((mba, mba))
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _product(pool, sa, offs, coefs, au):
+    """B a for a over (b', rows) (zero off the entry's margin rows), B the inverse
+    of the chain (``sa``, ``offs``, ``coefs``): right on the entry's margin rows."""
+    n1 = au.shape[0]
+    ia, A = _anchor_rows(pool, sa)
+    aa = np.empty(ia.shape[0])
+    for j in range(ia.shape[0]):
+        aa[j] = au[ia[j]]
+    Aa = A @ aa
+    out = np.zeros(n1)
+    for i in range(ia.shape[0]):
+        out[ia[i]] = Aa[i]
+    for t in range(offs.shape[0]):
+        o, dot = offs[t], 0.0
+        for u in range(n1):
+            dot += pool[o + u] * au[u]
+        if dot != 0.0:
+            f = coefs[t] * dot
+            for u in range(n1):
+                out[u] += f * pool[o + u]
+    return out
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _column(pool, sa, offs, coefs, ur, n1):
+    """Column ``ur`` of the chain's inverse over (b', rows): right on the entry's
+    margin rows."""
+    ia, A = _anchor_rows(pool, sa)
+    out = np.zeros(n1)
+    for j in range(ia.shape[0]):
+        if ia[j] == ur:
+            for i in range(ia.shape[0]):
+                out[ia[i]] = A[i, j]
+    for t in range(offs.shape[0]):
+        o = offs[t]
+        wr = pool[o + ur]
+        if wr != 0.0:
+            f = coefs[t] * wr
+            for u in range(n1):
+                out[u] += f * pool[o + u]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def explicit_inverse(pool, v, M, w, coef):
+    """The bordered inverse on the margin rows ``M`` of the entry at ``v``'s inverse
+    plus the term ``coef`` w w^T: a child's inverse written out (the anchor of the
+    next terms) from its parent's entry and its own term (:func:`update`)."""
+    sa, offs, coefs = _chain(pool, v)
+    ia, A = _anchor_rows(pool, sa)
+    n1 = w.shape[0]
+    mb = M.shape[0] + 1
+    idx = np.empty(mb, np.int64)
+    idx[0] = 0
+    for k in range(mb - 1):
+        idx[k + 1] = 1 + M[k]
+    pa = np.full(n1, -1, np.int64)
+    for k in range(ia.shape[0]):
+        pa[ia[k]] = k
+    B = np.zeros((mb, mb))
+    for i in range(mb):
+        ai = pa[idx[i]]
+        if ai >= 0:
+            for j in range(mb):
+                aj = pa[idx[j]]
+                if aj >= 0:
+                    B[i, j] = A[ai, aj]
+    c = offs.shape[0] + 1
+    W = np.empty((mb, c))
+    Wc = np.empty((c, mb))
+    for t in range(c):
+        for i in range(mb):
+            x = w[idx[i]] if t == c - 1 else pool[offs[t] + idx[i]]
+            W[i, t] = x
+            Wc[t, i] = x * (coef if t == c - 1 else coefs[t])
+    B += W @ Wc
+    return B
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -726,7 +903,7 @@ def walk(Q, y, box, rcoef, dom, KvT,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget,
-         dpt, n_drop):  # fmt: skip
+         dpt, n_drop, chain_max):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -749,7 +926,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
     from the parent's; the rest, an evicted parent, a nearly singular update and every
     ``MAX_UPDATES``-th generation, from scratch. ``pool`` is a ring of the recorded
     regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
-    at v is intact while at[0] <= v + len(pool)).
+    at v is intact while at[0] <= v + len(pool)), ``at[1]`` where it was when the
+    ring last grew. An updated region's entry holds its
+    rank-one term on its parent's inverse, not its own inverse (:func:`update`), but
+    where that would make more than ``chain_max`` terms since the last inverse
+    written out: then its inverse is written (:func:`explicit_inverse`).
 
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
     the moves dropped because they did not hold just across their facet, where a gap
@@ -782,21 +963,26 @@ def walk(Q, y, box, rcoef, dom, KvT,
         if k >= 0:
             continue
         ok = False
-        depth = 0
-        if (
-            move >= 0
-            and pool.shape[0] > 0
-            and (parent < 0 or at[0] > parent + pool.shape[0])
-        ):
-            diag[D_POOL_MISSES] += 1  # gone from the ring, or never fitted in it
-        if move >= 0 and parent >= 0 and at[0] <= parent + pool.shape[0]:
-            Mp, Bp, ap, bp, gp, hp_, depth = _pool_get(pool, parent, n, nv)
+        depth = chain = 0
+        wc, cc = np.empty(0), 0.0  # the region's term on its parent's inverse
+        intact = move >= 0 and pool_intact(pool, at, parent)
+        if move >= 0 and pool.shape[0] > 0 and not intact:
+            # gone from the ring (or its anchor is), or never fitted in it
+            diag[D_POOL_MISSES] += 1
+            lost = parent
+            if parent >= 0 and at[0] <= parent + pool.shape[0]:
+                lost = int(pool[parent % pool.shape[0] + 3])  # its anchor
+            if lost >= at[1]:
+                diag[D_RING_SHORT] += 1
+        if intact:
+            s = parent % pool.shape[0]
+            depth, chain = int(pool[s + 1]), int(pool[s + 5])
             if depth < MAX_UPDATES:
-                ok, Mc, Bc, alpha, bprime, gt, h, ineq = update(
-                    Q, y, box, rcoef, KvT, st, move // 4, move % 4, Mp, Bp, ap, bp, gp,
-                    hp_,
-                )  # fmt: skip
+                ok, Mc, wc, cc, alpha, bprime, gt, h, ineq = update(
+                    Q, y, box, rcoef, KvT, st, move // 4, move % 4, pool, parent
+                )
                 depth += 1
+                chain += 1
         fresh = not ok  # solved from scratch: its numerators and inverse only once
         if ok:  # it is recorded (most pops of seeds and failed probes are not)
             singular, consistent = False, True
@@ -867,12 +1053,18 @@ def walk(Q, y, box, rcoef, dom, KvT,
             Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
             if pool.shape[0] > 0:
                 Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
+        elif chain > chain_max:  # its inverse written out: the next terms' anchor
+            Bc = explicit_inverse(pool, parent, Mc, wc, cc)
+        else:
+            Bc = np.empty((0, 0))
         for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
             for t in range(3):
                 r_h[nreg, v, t] = h[v, t]
         nreg += 1
         diag[D_REGIONS] += 1
-        me = _pool_put(pool, at, Mc, Bc, alpha, bprime, gt, h, depth)
+        me = -1
+        if Bc.shape[0] > 0 or not fresh:
+            me = pool_put(pool, at, Mc, Bc, wc, cc, parent, alpha, bprime, gt, h, depth)
         # the neighbour across every facet (Theorem 3)
         for i in range(P.shape[0]):
             ok, nxt, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag)

@@ -290,12 +290,19 @@ class Partitioner:
         # start), from which a neighbour's system is updated instead of solved (a
         # breadth-first walk meets a region's neighbours some way down its queue).
         # Grown 4x at a time, up to pool_max_floats (1 GiB), while more than
-        # POOL_MISS_SHARE of a chunk's moves find their parent's system overwritten:
-        # an entry is ~(n_M + 1)^2 floats, so 32 MB holds ~100 parents at n_M ~ 200
-        # (spambase's 450 CV rows: 35% of the regions updated, 28.2 s a task, against
-        # all but a few and 8.0 s in 256 MB)
+        # POOL_MISS_SHARE of a chunk's moves find a system overwritten that was
+        # written since the last growth
         self.pool_floats = 1 << 22
         self.pool_max_floats = 1 << 27
+        # an updated region's entry is its rank-one term on its parent's inverse (n +
+        # 1 floats: :func:`_kernels.update`) and its solution (~6n floats), with the
+        # inverse ((n_M + 1)^2 floats) written out every chain_max + 1 generations.
+        # Spambase's 450 CV rows, fold 0's rectangle (n_M ~ 90, 100,636 regions): an
+        # inverse every region, a ring grown to 512 MB and 7.0 s of walk; every 5th
+        # (4), 128 MB and 5.4-5.8 s; every 17th, 512 MB again: a breadth-first walk
+        # reaches a region's child a frontier of regions later, so an anchor must
+        # live chain_max frontiers
+        self.chain_max = 4
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -438,7 +445,7 @@ class Partitioner:
         qhas, head, tail = np.zeros(256, np.bool_), 0, 0
         # each queued partition's parent system in the pool and its move (-1: none)
         qlink = np.full((256, 2), -1, np.int64)
-        pool, at = np.empty(self.pool_floats), np.zeros(1, np.int64)
+        pool, at = np.empty(self.pool_floats), np.zeros(2, np.int64)
         kd = np.zeros(_k.N_DIAG)
         chunks: list = []
         n_chunks = 0  # chunks whose regions are in polys
@@ -488,18 +495,19 @@ class Partitioner:
                     table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
                     kd, CLIP_TOL, self.area_tol, probe, correcting,
                     min(chunk, self.max_regions + 1 - n_regions), dpt, n_drop,
+                    self.chain_max,
                 )  # fmt: skip
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
                  tail, dpt, n_drop) = out[:12]  # fmt: skip
                 moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
-                misses = kd[_k.D_POOL_MISSES] - seen_misses
+                misses = kd[_k.D_RING_SHORT] - seen_misses
                 if (misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
                         and len(pool) < self.pool_max_floats):  # fmt: skip
                     pool = self._grown(
                         pool, at, min(4 * len(pool), self.pool_max_floats)
                     )
-                    seen_moves, seen_misses = moves, kd[_k.D_POOL_MISSES]
+                    seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
                 new, thin = out[12:17], out[17:]
                 if len(thin[0]):
                     thins.append(thin)
@@ -676,7 +684,9 @@ class Partitioner:
         """The walk's ring ``pool`` (write position ``at[0]``) as a ring of ``size``
         floats with the same entries: an entry at v, intact while at[0] <= v +
         len(pool), moves from v % len(pool) to v % size, and at[0] moves on by the
-        growth, so that entries overwritten before stay out of reach."""
+        growth, so that entries overwritten before stay out of reach; ``at[1]``, if
+        there, becomes where the growth was (entries lost later were written into a
+        ring of this size)."""
         old, a = pool.shape[0], int(at[0])
         new = np.empty(size)
         v = max(a - old, 0)
@@ -686,6 +696,8 @@ class Partitioner:
             new[sn : sn + k] = pool[so : so + k]
             v += k
         at[0] = a + size - old
+        if len(at) > 1:
+            at[1] = a
         return new
 
     @staticmethod

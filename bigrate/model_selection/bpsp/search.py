@@ -182,9 +182,8 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         not measured); a region holds its partition (a byte per training row) and 24
         bytes per validation row. Each task also keeps its walk's ring of recent
         regions' systems: 32 MB, grown 4x at a time up to 1 GiB where the walk finds
-        its parents' systems overwritten (margin sets of a few hundred rows: 512 MB
-        on spambase's 450 CV rows), so with the local engine's threads a fit can hold
-        up to 1 GiB per thread.
+        its parents' systems overwritten (128 MB on spambase's 450 CV rows), so with
+        the local engine's threads a fit can hold up to 1 GiB per thread.
     run_dir : path or None
         Where the partition is saved (``bpsp_partition.json``, GeoJSON-like, and the
         CV-error map ``bpsp_cv_error.png``).
