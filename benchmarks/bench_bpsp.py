@@ -133,6 +133,8 @@ def warm_up(name):
 
 
 def main():
+    import argparse
+
     from sklearn.model_selection import StratifiedKFold
 
     from bigrate import BPSPSearchCV
@@ -140,21 +142,21 @@ def main():
     from bigrate.kernel.smo import resolve_gamma
     from bigrate.model_selection.bpsp.eta_path import eta_path_cv
 
-    sets = (sys.argv[sys.argv.index("--sets") + 1].split(",") if "--sets" in sys.argv
-            else SETS)  # fmt: skip
-    costs = (sys.argv[sys.argv.index("--costs") + 1].split(",") if "--costs" in sys.argv
-             else ["2", "5", "10", "ratio"])  # fmt: skip
-    rows = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else None
-    engine = (
-        sys.argv[sys.argv.index("--engine") + 1] if "--engine" in sys.argv else "local"
+    ap = argparse.ArgumentParser(
+        description="BPSP against the paper's grid of libsvm fits (see the module's "
+        "docstring); writes benchmarks/out/bpsp.json"
     )
-    if engine not in ("local", "ray", "dask"):
-        raise SystemExit(f"--engine must be local, ray or dask, got {engine!r}")
-    workers = (
-        int(sys.argv[sys.argv.index("--workers") + 1]) if "--workers" in sys.argv
-        else None
-    )  # fmt: skip
-    with_path = "--no-path" not in sys.argv
+    ap.add_argument(
+        "--sets", default=",".join(SETS), help="comma-separated shared sets"
+    )
+    ap.add_argument("--costs", default="2,5,10,ratio", help="cost_fn values, or ratio")
+    ap.add_argument("--rows", type=int, default=None, help="CV rows (default: 30%%)")
+    ap.add_argument("--engine", choices=("local", "ray", "dask"), default="local")
+    ap.add_argument("--workers", type=int, default=None, help="threads / CPUs")
+    ap.add_argument("--no-path", action="store_true", help="skip the eta-path column")
+    opts = ap.parse_args()
+    sets, costs, rows = opts.sets.split(","), opts.costs.split(","), opts.rows
+    engine, workers, with_path = opts.engine, opts.workers, not opts.no_path
     path = HERE / "out" / "bpsp.json"
     out = {"lambda_min": LAMBDA_MIN, "results": []}
     warm_up(sets[0])
