@@ -774,6 +774,28 @@ def test_a_seed_among_rows_tied_to_the_margin_gets_the_region_holding_its_point(
     assert shapely.Polygon(P).contains(Point(c_pos, c_neg))
 
 
+def test_a_neighbours_hash_from_its_parents_is_its_own():
+    """The walk hashes a neighbour from its parent's hash and the row that moved
+    (the XOR of the rows' hashes): the same as hashing it whole, and a different hash
+    where any row differs."""
+    from numba import njit
+
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    whole = njit(lambda st: K._hash(st))
+    moved = njit(lambda h, st, nxt, row: K._rehashed(h, st, nxt, row))
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(200):
+        st = rng.integers(0, 3, 300).astype(np.int8)
+        row = int(rng.integers(300))
+        nxt = st.copy()
+        nxt[row] = (st[row] + 1 + rng.integers(2)) % 3
+        assert moved(np.uint64(whole(st)), st, nxt, row) == whole(nxt) != whole(st)
+        seen |= {int(whole(st)), int(whole(nxt))}
+    assert len(seen) == 400
+
+
 def test_clip_labels_each_edge_by_the_line_that_made_it():
     from bigrate.model_selection.bpsp import _kernels as K
 

@@ -550,42 +550,62 @@ def _split(V, a, b, c):
 
 
 # ------------------------------------------------------------------ seen partitions
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _mix(i, v):
+    """The hash of row i in set v (splitmix64 of 4 i + v): a partition's hash is the
+    XOR of its rows', so a neighbour's is its parent's with one row's changed."""
+    z = np.uint64(4 * i + v) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 @njit(cache=True, nogil=True, internal=True)
 def _hash(st):
-    h = np.uint64(14695981039346656037)
-    for v in st:
-        h = (h ^ np.uint64(v + 1)) * np.uint64(1099511628211)
+    h = np.uint64(0)
+    for i in range(st.shape[0]):
+        h ^= _mix(i, st[i])
     return h
 
 
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _rehashed(h, st, nxt, row):
+    """The hash of ``nxt``, which is ``st`` (hash ``h``) but for ``row``."""
+    return h ^ _mix(row, st[row]) ^ _mix(row, nxt[row])
+
+
 @njit(cache=True, nogil=True, internal=True)
-def _slot(table, store, st):
-    """(index of ``st`` in ``store`` or -1, the table slot where it is or goes)."""
+def _slot(table, store, st, h):
+    """(index of ``st`` (hash ``h``) in ``store`` or -1, the table slot where it is or
+    goes). ``table`` (T, 2): per slot the store index (-1: free) and the hash, which
+    is compared before the partition (a collision's partition is a cache miss)."""
     mask = np.uint64(table.shape[0] - 1)
-    s = np.int64(_hash(st) & mask)
+    s = np.int64(h & mask)
+    key = np.int64(h)
     while True:
-        k = table[s]
+        k = table[s, 0]
         if k < 0:
             return -1, s
-        same = True
-        for i in range(st.shape[0]):
-            if store[k, i] != st[i]:
-                same = False
-                break
-        if same:
-            return k, s
+        if table[s, 1] == key:
+            same = True
+            for i in range(st.shape[0]):
+                if store[k, i] != st[i]:
+                    same = False
+                    break
+            if same:
+                return k, s
         s = np.int64((np.uint64(s) + np.uint64(1)) & mask)
 
 
 @njit(cache=True, nogil=True)
 def seen_contains(table, store, st):
-    return _slot(table, store, st)[0] >= 0
+    return _slot(table, store, st, _hash(st))[0] >= 0
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _seen_add(table, store, count, st, slot):
-    """Add ``st`` at ``slot``; the table doubles past half full, the store when
-    full. Returns (table, store, count)."""
+def _seen_add(table, store, count, st, slot, h):
+    """Add ``st`` (hash ``h``) at ``slot``; the table doubles past half full, the
+    store when full. Returns (table, store, count)."""
     if count == store.shape[0]:
         grown = np.empty((2 * store.shape[0], store.shape[1]), np.int8)
         for i in range(count):  # loops, not slice copies: see bigrate._jit
@@ -594,12 +614,18 @@ def _seen_add(table, store, count, st, slot):
         store = grown
     for j in range(st.shape[0]):
         store[count, j] = st[j]
-    table[slot] = count
+    table[slot, 0], table[slot, 1] = count, np.int64(h)
     count += 1
     if 2 * count > table.shape[0]:
-        table = np.full(2 * table.shape[0], -1, np.int64)
-        for k in range(count):
-            table[_slot(table, store, store[k])[1]] = k
+        old = table
+        table = np.full((2 * old.shape[0], 2), -1, np.int64)
+        mask = np.uint64(table.shape[0] - 1)
+        for t in range(old.shape[0]):  # by the kept hashes: no partition read
+            if old[t, 0] >= 0:
+                s = np.int64(np.uint64(old[t, 1]) & mask)
+                while table[s, 0] >= 0:
+                    s = np.int64((np.uint64(s) + np.uint64(1)) & mask)
+                table[s, 0], table[s, 1] = old[t, 0], old[t, 1]
     return table, store, count
 
 
@@ -959,7 +985,8 @@ def walk(Q, y, box, rcoef, dom, KvT,
         px, py, has = qpt[head, 0], qpt[head, 1], qhas[head]
         parent, move = qlink[head, 0], qlink[head, 1]
         head += 1
-        k, slot = _slot(table, store, st)
+        hst = _hash(st)
+        k, slot = _slot(table, store, st, hst)
         if k >= 0:
             continue
         ok = False
@@ -995,7 +1022,8 @@ def walk(Q, y, box, rcoef, dom, KvT,
             # the partition that holds just across the facet
             st, moves = correct(Q, y, box, rcoef, st, px, py, 10)
             diag[D_CORRECTIONS] += moves
-            k, slot = _slot(table, store, st)
+            hst = _hash(st)
+            k, slot = _slot(table, store, st, hst)
             if k >= 0:
                 continue
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
@@ -1012,7 +1040,7 @@ def walk(Q, y, box, rcoef, dom, KvT,
                 dpt[n_drop, 0], dpt[n_drop, 1] = px, py
                 n_drop += 1
             continue
-        table, store, n_seen = _seen_add(table, store, n_seen, st, slot)
+        table, store, n_seen = _seen_add(table, store, n_seen, st, slot, hst)
         if singular and not consistent:
             # no solution for any area of parameters: a partition that holds on a
             # line at most (e.g. M empty: y^T alpha = 0 on n+ C+ = n- C- only), met by a
@@ -1068,7 +1096,10 @@ def walk(Q, y, box, rcoef, dom, KvT,
         # the neighbour across every facet (Theorem 3)
         for i in range(P.shape[0]):
             ok, nxt, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag)
-            if not ok or _slot(table, store, nxt)[0] >= 0:
+            if not ok:
+                continue
+            hn = _hash(nxt) if mv < 0 else _rehashed(hst, st, nxt, mv // 4)
+            if _slot(table, store, nxt, hn)[0] >= 0:
                 continue
             if tail == qst.shape[0]:
                 qst = _grow2(qst, 2 * tail)

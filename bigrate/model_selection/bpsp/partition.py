@@ -437,7 +437,7 @@ class Partitioner:
         KvT = np.zeros((n, 0)) if Kv is None else np.ascontiguousarray(Kv.T)
         rcoef = self.space.r_coef
         table, store, n_seen = (
-            np.full(1024, -1, np.int64),
+            np.full((1024, 2), -1, np.int64),
             np.empty((256, n), np.int8),
             0,
         )
