@@ -1181,16 +1181,18 @@ def cells(vert, off, piece_region, H, y_val, tol):
         for v in range(nv):
             h0, h1, h2 = H[r, v, 0], H[r, v, 1], H[r, v, 2]
             sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
+            # most rows' lines miss every piece: no new list for them (a list a row
+            # and piece was most of this kernel's time)
+            crossed = False
+            for W in work:
+                if _crossed(W, h0, h1, h2, sc):
+                    crossed = True
+                    break
+            if not crossed:
+                continue
             nxt = []
             for W in work:
-                pos = neg = False
-                for i in range(W.shape[0]):
-                    hv = h0 + h1 * W[i, 0] + h2 * W[i, 1]
-                    if hv > sc:
-                        pos = True
-                    elif hv < -sc:
-                        neg = True
-                if not (pos and neg):
+                if not _crossed(W, h0, h1, h2, sc):
                     nxt.append(W)
                     continue
                 lo, hi = _split(W, h1, h2, -h0)
@@ -1226,6 +1228,20 @@ def cells(vert, off, piece_region, H, y_val, tol):
             nc += 1
     return (c_vert[: c_off[nc]].copy(), c_off[: nc + 1].copy(), c_reg[:nc].copy(),
             c_fn[:nc].copy(), c_fp[:nc].copy())  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _crossed(W, h0, h1, h2, sc):
+    """Whether the line h0 + h1 p1 + h2 p2 = 0 splits the polygon W: vertices beyond
+    ``sc`` on both sides."""
+    pos = neg = False
+    for i in range(W.shape[0]):
+        hv = h0 + h1 * W[i, 0] + h2 * W[i, 1]
+        if hv > sc:
+            pos = True
+        elif hv < -sc:
+            neg = True
+    return pos and neg
 
 
 # ------------------------------------------------------------------ folds' best point
