@@ -1101,7 +1101,17 @@ def walk(Q, y, box, rcoef, dom, KvT,
             hn = _hash(nxt) if mv < 0 else _rehashed(hst, st, nxt, mv // 4)
             if _slot(table, store, nxt, hn)[0] >= 0:
                 continue
-            if tail == qst.shape[0]:
+            if tail == qst.shape[0] and 2 * head >= tail:
+                # half of the queue popped: its live part moves to the front (the
+                # queue holds a frontier, not every partition ever pushed)
+                for q in range(head, tail):  # loops, not slice copies: see _jit
+                    for j in range(qst.shape[1]):
+                        qst[q - head, j] = qst[q, j]
+                    qpt[q - head, 0], qpt[q - head, 1] = qpt[q, 0], qpt[q, 1]
+                    qhas[q - head] = qhas[q]
+                    qlink[q - head, 0], qlink[q - head, 1] = qlink[q, 0], qlink[q, 1]
+                head, tail = 0, tail - head
+            elif tail == qst.shape[0]:
                 qst = _grow2(qst, 2 * tail)
                 qpt = _grow2(qpt, 2 * tail)
                 qhas = _grow1(qhas, 2 * tail)
