@@ -186,13 +186,16 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
     runs = {}
     # a ring large enough; one of 4,096 floats (a few parents' systems at most) that
     # grows; the same that may not grow
+    # and one of 64 floats, which no entry fits in (a parent lost before any growth)
     for name, start, most in (("big", 1 << 22, 1 << 27), ("grows", 4096, 1 << 27),
-                              ("fixed", 4096, 4096)):  # fmt: skip
+                              ("fixed", 4096, 4096), ("tiny", 64, 1 << 27)):  # fmt: skip
         part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
         part.pool_floats, part.pool_max_floats = start, most
         part.CHUNK = 500  # the ring grows between calls of the walk, 4x at most
         runs[name] = (part.run_cells(Kv, yv), part.diag)
-    (big, d_big), (grows, d_grows), (_, d_fixed) = runs.values()
+    (big, d_big), (grows, d_grows), (_, d_fixed), (_, d_tiny) = runs.values()
+    assert d_tiny.pool_mb > 64 * 8 / 2**20
+    assert d_tiny.updated_systems > 0.5 * d_big.updated_systems
     assert d_big.pool_misses == 0 and d_big.pool_mb == 32
     assert d_fixed.pool_mb == 4096 * 8 / 2**20
     assert d_grows.pool_mb > d_fixed.pool_mb and d_grows.pool_misses > 0

@@ -953,10 +953,10 @@ def walk(Q, y, box, rcoef, dom, KvT,
     ``MAX_UPDATES``-th generation, from scratch. ``pool`` is a ring of the recorded
     regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
     at v is intact while at[0] <= v + len(pool)), ``at[1]`` where it was when the
-    ring last grew. An updated region's entry holds its
-    rank-one term on its parent's inverse, not its own inverse (:func:`update`), but
-    where that would make more than ``chain_max`` terms since the last inverse
-    written out: then its inverse is written (:func:`explicit_inverse`).
+    ring last grew. An updated region's entry holds its rank-one term on its parent's
+    inverse, not its own inverse (:func:`update`), but where that would make more
+    than ``chain_max`` terms since the last inverse written out: then its inverse is
+    written (:func:`explicit_inverse`).
 
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
     the moves dropped because they did not hold just across their facet, where a gap
@@ -999,7 +999,7 @@ def walk(Q, y, box, rcoef, dom, KvT,
             lost = parent
             if parent >= 0 and at[0] <= parent + pool.shape[0]:
                 lost = int(pool[parent % pool.shape[0] + 3])  # its anchor
-            if lost >= at[1]:
+            if lost < 0 or lost >= at[1]:  # -1: larger than the ring
                 diag[D_RING_SHORT] += 1
         if intact:
             s = parent % pool.shape[0]
