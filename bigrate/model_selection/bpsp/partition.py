@@ -684,9 +684,9 @@ class Partitioner:
         """The walk's ring ``pool`` (write position ``at[0]``) as a ring of ``size``
         floats with the same entries: an entry at v, intact while at[0] <= v +
         len(pool), moves from v % len(pool) to v % size, and at[0] moves on by the
-        growth, so that entries overwritten before stay out of reach; ``at[1]``, if
-        there, becomes where the growth was (entries lost later were written into a
-        ring of this size)."""
+        growth, so that entries overwritten before stay out of reach; ``at[1]``
+        becomes where the growth was (entries lost later were written into a ring of
+        this size)."""
         old, a = pool.shape[0], int(at[0])
         new = np.empty(size)
         v = max(a - old, 0)
@@ -695,9 +695,7 @@ class Partitioner:
             k = min(a - v, old - so, size - sn)
             new[sn : sn + k] = pool[so : so + k]
             v += k
-        at[0] = a + size - old
-        if len(at) > 1:
-            at[1] = a
+        at[0], at[1] = a + size - old, a
         return new
 
     @staticmethod
