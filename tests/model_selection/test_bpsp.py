@@ -572,7 +572,7 @@ def test_walk_with_updates_equals_the_walk_solving_each_region(
             p.pool_floats = floats
         if chain is not None:
             p.chain_max = chain
-        w = p._run_compiled(None, Kv)
+        w = p._run_compiled(None, Kv, keep_h=True)
         return p.diag, {s.tobytes(): (a, h) for s, a, h in zip(w.states, w.areas, w.H)}
 
     ref_diag, ref = walk(0)
@@ -586,6 +586,39 @@ def test_walk_with_updates_equals_the_walk_solving_each_region(
     for k, (a, h) in got.items():
         assert a == pytest.approx(ref[k][0], abs=1e-12)
         np.testing.assert_allclose(h, ref[k][1], atol=1e-9)
+
+
+@pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
+@pytest.mark.parametrize("chunk", [5000, 7])
+def test_cells_made_in_the_walk_equal_the_cells_of_its_regions(space, chunk):
+    """The invariant cells the walk makes as it records each region equal, to the
+    bit, those of :func:`_kernels.cells` over the regions it returns with their
+    numerators kept; with one call of the walk and with calls of 7 regions each (the
+    cells' offsets stacked over chunks)."""
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.partition import CELL_TOL
+
+    X, y = _data(40, seed=3)
+    Xv, yv = _data(11, seed=4)
+    Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    p.CHUNK = chunk
+    w = p._run_compiled(None, Kv, yv, keep_h=True)
+    assert len(w.areas) > 50 and w.H.shape == (len(w.areas), len(yv), 3)
+    want = K.cells(w.vert, w.off, np.arange(len(w.areas)), w.H, yv, CELL_TOL)
+    got = w.cells
+    assert len(got["fn"]) > len(w.areas)  # some regions split by validation rows
+    for key, ref in zip(("vert", "off"), want[:2]):
+        np.testing.assert_array_equal(got[key], ref)
+    np.testing.assert_array_equal(got["fn"], want[3])
+    np.testing.assert_array_equal(got["fp"], want[4])
+    # without the numerators kept: the same cells, and none of the numerators
+    q = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
+    q.CHUNK = chunk
+    lean = q._run_compiled(None, Kv, yv)
+    assert lean.H.shape == (len(w.areas), 0, 3)
+    for key in ("vert", "off", "fn", "fp"):
+        np.testing.assert_array_equal(lean.cells[key], got[key])
 
 
 def _cv_fold(tmp_path, shared_data, name, rows, fold):

@@ -925,7 +925,7 @@ def _across_facet(st, P, lab, ineq, i, probe, diag):
 
 
 @njit(cache=True, nogil=True)
-def walk(Q, y, box, rcoef, dom, KvT,
+def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget,
@@ -937,9 +937,12 @@ def walk(Q, y, box, rcoef, dom, KvT,
     is met (WALK_SINGULAR: non-unique duals, for the caller's exact slow path; one
     without any solution is a partition of no area, skipped).
 
-    Each region is recorded once, whole: its partition, its polygon in ``dom`` and, for
-    the validation rows (``KvT`` (n, n_val): their kernel columns), the numerators h =
-    Kv (alpha * y) + b' of their decision values as coefficients of (1, p1, p2). A
+    Each region is recorded once, whole: its partition, its polygon in ``dom`` and its
+    invariant cells on the validation rows (``KvT`` (n, n_val): their kernel columns,
+    ``y_val`` their labels; :func:`cells` with ``cell_tol``), from the numerators h =
+    Kv (alpha * y) + b' of their decision values as coefficients of (1, p1, p2), which
+    are kept too only with ``keep_h`` (R x n_val x 3 floats: 2.9 KB a region at 120
+    validation rows, written, copied and gathered, where the cells are ~0.2 KB). A
     move is first checked at a point just across its facet (``probe`` > 0); where the
     region's solution carried there breaks several rows (a degenerate crossing) they
     all move; a move that does not hold there is dropped (``correcting``: corrected
@@ -968,7 +971,8 @@ def walk(Q, y, box, rcoef, dom, KvT,
     r_off = np.zeros(cap + 1, np.int64)
     r_vert = np.empty((cap * 8, 2))
     r_area = np.empty(cap)
-    r_h = np.empty((cap, nv, 3))
+    r_h = np.empty((cap, nv if keep_h else 0, 3))
+    cout = _cells_out(cap * 8)
     nreg = 0
     # the regions too thin to keep, as partitions and polygons (no numerators): what
     # they cover is not a gap for the caller
@@ -1085,9 +1089,12 @@ def walk(Q, y, box, rcoef, dom, KvT,
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
             Bc = np.empty((0, 0))
-        for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
-            for t in range(3):
-                r_h[nreg, v, t] = h[v, t]
+        if keep_h:
+            for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
+                for t in range(3):
+                    r_h[nreg, v, t] = h[v, t]
+        if nv > 0:
+            cout = _piece_cells(cout, P, h, nreg, y_val, cell_tol)
         nreg += 1
         diag[D_REGIONS] += 1
         me = -1
@@ -1128,10 +1135,11 @@ def walk(Q, y, box, rcoef, dom, KvT,
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
     nvtx, tvtx = r_off[nreg], t_off[nthin]
+    cv, co, _, cfn, cfp = _cells_done(cout)
     return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
             n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
-            r_area[:nreg].copy(), r_h[:nreg].copy(), t_state[:nthin].copy(),
-            t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
+            r_area[:nreg].copy(), r_h[:nreg].copy(), cv, co, cfn, cfp,
+            t_state[:nthin].copy(), t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -1178,66 +1186,85 @@ def cells(vert, off, piece_region, H, y_val, tol):
     15-18): one line per row. Returns the cells' vertices and offsets, their region
     and their counts of false negatives and false positives (a row is predicted
     positive where h > 0)."""
-    nv = y_val.shape[0]
-    c_vert = np.empty((max(16, 4 * vert.shape[0]), 2))
-    c_off = np.zeros(64 + 1, np.int64)
-    c_reg = np.empty(64, np.int64)
-    c_fn = np.empty(64, np.int32)
-    c_fp = np.empty(64, np.int32)
-    nc = 0
+    out = _cells_out(vert.shape[0])
     for p in range(off.shape[0] - 1):
         r = piece_region[p]
-        work = [vert[off[p] : off[p + 1]].copy()]
-        for v in range(nv):
-            h0, h1, h2 = H[r, v, 0], H[r, v, 1], H[r, v, 2]
-            sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
-            # most rows' lines miss every piece: no new list for them (a list a row
-            # and piece was most of this kernel's time)
-            crossed = False
-            for W in work:
-                if _crossed(W, h0, h1, h2, sc):
-                    crossed = True
-                    break
-            if not crossed:
-                continue
-            nxt = []
-            for W in work:
-                if not _crossed(W, h0, h1, h2, sc):
-                    nxt.append(W)
-                    continue
-                lo, hi = _split(W, h1, h2, -h0)
-                if lo.shape[0] >= 3 and area(lo) > 0:
-                    nxt.append(lo)
-                if hi.shape[0] >= 3 and area(hi) > 0:
-                    nxt.append(hi)
-            work = nxt
-        for W in work:
-            cx, cy = centroid(W)
-            fn = fp = 0
-            for v in range(nv):
-                f = H[r, v, 0] + H[r, v, 1] * cx + H[r, v, 2] * cy
-                if y_val[v] > 0 and not f > 0:
-                    fn += 1
-                elif y_val[v] < 0 and f > 0:
-                    fp += 1
-            if nc == c_reg.shape[0]:
-                c_reg = _grow1(c_reg, 2 * nc)
-                c_fn = _grow1(c_fn, 2 * nc)
-                c_fp = _grow1(c_fp, 2 * nc)
-                o = np.zeros(2 * nc + 1, np.int64)
-                for k in range(nc + 1):  # loops, not slice copies: see bigrate._jit
-                    o[k] = c_off[k]
-                c_off = o
-            start = c_off[nc]
-            while start + W.shape[0] > c_vert.shape[0]:
-                c_vert = _grow2(c_vert, 2 * c_vert.shape[0])
-            for k in range(W.shape[0]):  # loops, not slice copies: see bigrate._jit
-                c_vert[start + k, 0], c_vert[start + k, 1] = W[k, 0], W[k, 1]
-            c_off[nc + 1] = start + W.shape[0]
-            c_reg[nc], c_fn[nc], c_fp[nc] = r, fn, fp
-            nc += 1
+        out = _piece_cells(out, vert[off[p] : off[p + 1]], H[r], r, y_val, tol)
+    return _cells_done(out)
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _cells_out(n_vert):
+    """Empty growing records of cells: (vertices, offsets, region, fn, fp, count)."""
+    return (np.empty((max(16, 4 * n_vert), 2)), np.zeros(64 + 1, np.int64),
+            np.empty(64, np.int64), np.empty(64, np.int32), np.empty(64, np.int32), 0)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _cells_done(out):
+    """The records of :func:`_cells_out` cut to their count (copies)."""
+    c_vert, c_off, c_reg, c_fn, c_fp, nc = out
     return (c_vert[: c_off[nc]].copy(), c_off[: nc + 1].copy(), c_reg[:nc].copy(),
             c_fn[:nc].copy(), c_fp[:nc].copy())  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _piece_cells(out, V, Hr, r, y_val, tol):
+    """The cells of one convex piece ``V`` of region ``r`` (its validation rows'
+    numerators ``Hr`` (n_val, 3)) appended to the records ``out`` (:func:`cells`);
+    returns them (new arrays where grown)."""
+    c_vert, c_off, c_reg, c_fn, c_fp, nc = out
+    nv = y_val.shape[0]
+    work = [V.copy()]
+    for v in range(nv):
+        h0, h1, h2 = Hr[v, 0], Hr[v, 1], Hr[v, 2]
+        sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
+        # most rows' lines miss every piece: no new list for them (a list a row and
+        # piece was most of this kernel's time)
+        crossed = False
+        for W in work:
+            if _crossed(W, h0, h1, h2, sc):
+                crossed = True
+                break
+        if not crossed:
+            continue
+        nxt = []
+        for W in work:
+            if not _crossed(W, h0, h1, h2, sc):
+                nxt.append(W)
+                continue
+            lo, hi = _split(W, h1, h2, -h0)
+            if lo.shape[0] >= 3 and area(lo) > 0:
+                nxt.append(lo)
+            if hi.shape[0] >= 3 and area(hi) > 0:
+                nxt.append(hi)
+        work = nxt
+    for W in work:
+        cx, cy = centroid(W)
+        fn = fp = 0
+        for v in range(nv):
+            f = Hr[v, 0] + Hr[v, 1] * cx + Hr[v, 2] * cy
+            if y_val[v] > 0 and not f > 0:
+                fn += 1
+            elif y_val[v] < 0 and f > 0:
+                fp += 1
+        if nc == c_reg.shape[0]:
+            c_reg = _grow1(c_reg, 2 * nc)
+            c_fn = _grow1(c_fn, 2 * nc)
+            c_fp = _grow1(c_fp, 2 * nc)
+            o = np.zeros(2 * nc + 1, np.int64)
+            for k in range(nc + 1):  # loops, not slice copies: see bigrate._jit
+                o[k] = c_off[k]
+            c_off = o
+        start = c_off[nc]
+        while start + W.shape[0] > c_vert.shape[0]:
+            c_vert = _grow2(c_vert, 2 * c_vert.shape[0])
+        for k in range(W.shape[0]):  # loops, not slice copies: see bigrate._jit
+            c_vert[start + k, 0], c_vert[start + k, 1] = W[k, 0], W[k, 1]
+        c_off[nc + 1] = start + W.shape[0]
+        c_reg[nc], c_fn[nc], c_fp[nc] = r, fn, fp
+        nc += 1
+    return c_vert, c_off, c_reg, c_fn, c_fp, nc
 
 
 @njit(cache=True, nogil=True, internal=True, inline="always")

@@ -67,6 +67,9 @@ R_SET, M_SET, E_SET = 0, 1, 2
 # its lines: rounding only, so that neighbours overlap by far less than area_tol and
 # the areas' sum tells a covered domain from one with gaps or overlaps
 CLIP_TOL = 1e-12
+# a validation row's line splits a cell where the cell's vertices lie beyond this
+# (relative to the line's largest coefficient) on both sides (:func:`_kernels.cells`)
+CELL_TOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -186,14 +189,17 @@ class Region:
 @dataclass
 class Walked:
     """The regions of the compiled walk as arrays: partitions (R, n) int8, polygons
-    (vertices, offsets: region r is vert[off[r]:off[r + 1]], counter-clockwise), areas
-    and the decision numerators of the validation rows (R, n_val, 3)."""
+    (vertices, offsets: region r is vert[off[r]:off[r + 1]], counter-clockwise),
+    areas, their invariant cells on the validation rows (:meth:`Partitioner.run_cells`'
+    dict: ``vert``, ``off``, ``fn``, ``fp``) and, where asked for (``keep_h``), the
+    validation rows' decision numerators (R, n_val, 3; else (R, 0, 3))."""
 
     states: np.ndarray
     vert: np.ndarray
     off: np.ndarray
     areas: np.ndarray
     H: np.ndarray
+    cells: dict
 
 
 @dataclass
@@ -225,8 +231,9 @@ class Diagnostics:
     # GEOS unions of every region, needed only where those found none
     probe_seeds: int = 0
     unions: int = 0
-    # where a task's time went: the compiled walk, the gaps (GEOS unions and the
-    # direct solves that seed them) and the invariant cells
+    # where a task's time went: the compiled walk (with the invariant cells of its
+    # regions, made as they are recorded), the gaps (GEOS unions and the direct solves
+    # that seed them) and the invariant cells made apart (the slow paths' regions)
     walk_seconds: float = 0.0
     seeding_seconds: float = 0.0
     cells_seconds: float = 0.0
@@ -378,34 +385,34 @@ class Partitioner:
         costs. Returns a dict of arrays: ``vert`` (V, 2), ``off`` (cells + 1,),
         ``fn``, ``fp`` (cells,)."""
         Kv = np.ascontiguousarray(Kv, float)
-        y_val = np.asarray(y_val, float)
+        y_val = np.ascontiguousarray(y_val, float)
         walked = (
-            self._run_compiled(progress, Kv) if self.method == "neighbours" else None
+            self._run_compiled(progress, Kv, y_val)
+            if self.method == "neighbours"
+            else None
         )
-        if isinstance(walked, Walked):
-            vert, off, H = walked.vert, walked.off, walked.H
-            owner = np.arange(len(walked.areas))
+        if isinstance(walked, Walked):  # its cells made as its regions were found
+            return walked.cells
+        if walked is None:
+            regions = (self._run_neighbours(progress)
+                       if self.method == "neighbours" else self.run(progress))  # fmt: skip
         else:
-            if walked is None:
-                regions = (self._run_neighbours(progress)
-                           if self.method == "neighbours" else self.run(progress))  # fmt: skip
-            else:
-                regions = walked
-            # regions that gave up an overlap may be non-convex: convex pieces
-            vert, off, owner, H = [], [0], [], []
-            for r, reg in enumerate(regions):
-                a = reg.affine
-                H.append(Kv @ (a.alpha * self.y[:, None]) + a.bprime)
-                for V in convex_pieces(reg.polygon):
-                    vert.append(V)
-                    off.append(off[-1] + len(V))
-                    owner.append(r)
-            vert = np.concatenate(vert) if vert else np.zeros((0, 2))
-            off, owner = np.array(off, np.int64), np.array(owner, np.int64)
-            H = np.array(H) if H else np.zeros((0, len(y_val), 3))
+            regions = walked
+        # regions that gave up an overlap may be non-convex: convex pieces
+        vert, off, owner, H = [], [0], [], []
+        for r, reg in enumerate(regions):
+            a = reg.affine
+            H.append(Kv @ (a.alpha * self.y[:, None]) + a.bprime)
+            for V in convex_pieces(reg.polygon):
+                vert.append(V)
+                off.append(off[-1] + len(V))
+                owner.append(r)
+        vert = np.concatenate(vert) if vert else np.zeros((0, 2))
+        off, owner = np.array(off, np.int64), np.array(owner, np.int64)
+        H = np.array(H) if H else np.zeros((0, len(y_val), 3))
         t0 = time.perf_counter()
         cv, co, _, fn, fp = _k.cells(vert, off, owner, np.ascontiguousarray(H), y_val,
-                                     1e-12)  # fmt: skip
+                                     CELL_TOL)  # fmt: skip
         self.diag.cells_seconds += time.perf_counter() - t0
         return {"vert": cv, "off": co, "fn": fn, "fp": fp}
 
@@ -418,7 +425,7 @@ class Partitioner:
                 "very large C)"
             )
 
-    def _run_compiled(self, progress=None, Kv=None):
+    def _run_compiled(self, progress=None, Kv=None, y_val=None, keep_h=False):
         """The neighbour walk in compiled code (:func:`_kernels.walk`): each critical
         region once, whole, breadth-first from a direct solve to the neighbour across
         every facet (Theorem 3). Coverage is checked by summing the regions' areas;
@@ -435,6 +442,13 @@ class Partitioner:
         n = len(self.y)
         # the validation rows' kernel columns: a training row's contiguous
         KvT = np.zeros((n, 0)) if Kv is None else np.ascontiguousarray(Kv.T)
+        # with their labels, each region's invariant cells as it is recorded
+        y_val = np.zeros(0) if y_val is None else np.ascontiguousarray(y_val, float)
+        if len(y_val) not in (0, KvT.shape[1]):
+            raise ValueError(
+                f"y_val must hold one label per row of Kv ({KvT.shape[1]}), got "
+                f"{len(y_val)}"
+            )
         rcoef = self.space.r_coef
         table, store, n_seen = (
             np.full((1024, 2), -1, np.int64),
@@ -491,8 +505,8 @@ class Partitioner:
                 _cancel.check()  # between calls of the walk (CHUNK regions apiece)
                 t0 = time.perf_counter()
                 out = _k.walk(
-                    self.Q, self.y, self.box, rcoef, dom, KvT,
-                    table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
+                    self.Q, self.y, self.box, rcoef, dom, KvT, y_val, CELL_TOL,
+                    bool(keep_h), table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
                     kd, CLIP_TOL, self.area_tol, probe, correcting,
                     min(chunk, self.max_regions + 1 - n_regions), dpt, n_drop,
                     self.chain_max,
@@ -508,7 +522,7 @@ class Partitioner:
                         pool, at, min(4 * len(pool), self.pool_max_floats)
                     )
                     seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
-                new, thin = out[12:17], out[17:]
+                new, thin = out[12:21], out[21:]
                 if len(thin[0]):
                     thins.append(thin)
                 if status == _k.WALK_SINGULAR:
@@ -700,14 +714,20 @@ class Partitioner:
 
     @staticmethod
     def _gather(chunks, n_val):
-        """One :class:`Walked` from the walk's chunks."""
+        """One :class:`Walked` from the walk's chunks (partitions, polygons, areas,
+        numerators, cells' vertices, offsets, fn and fp)."""
         if not chunks:
             return Walked(np.zeros((0, 0), np.int8), np.zeros((0, 2)),
-                          np.zeros(1, np.int64), np.zeros(0), np.zeros((0, n_val, 3)))  # fmt: skip
+                          np.zeros(1, np.int64), np.zeros(0), np.zeros((0, n_val, 3)),
+                          {"vert": np.zeros((0, 2)), "off": np.zeros(1, np.int64),
+                           "fn": np.zeros(0, np.int32), "fp": np.zeros(0, np.int32)})  # fmt: skip
         vert, off = stack_polygons([c[1] for c in chunks], [c[2] for c in chunks])
+        cv, co = stack_polygons([c[5] for c in chunks], [c[6] for c in chunks])
+        cells = {"vert": cv, "off": co, "fn": np.concatenate([c[7] for c in chunks]),
+                 "fp": np.concatenate([c[8] for c in chunks])}  # fmt: skip
         return Walked(np.concatenate([c[0] for c in chunks]), vert, off,
                       np.concatenate([c[3] for c in chunks]),
-                      np.concatenate([c[4] for c in chunks]))  # fmt: skip
+                      np.concatenate([c[4] for c in chunks]), cells)  # fmt: skip
 
     def _run_neighbours(self, progress=None) -> list[Region]:
         """Each critical region once: breadth-first over partitions, from a direct

@@ -178,9 +178,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
     max_regions : int
         Per fold, gamma and space: stop with an error beyond this many regions. The
         default is 500,000 (spambase's 300 CV rows make ~43,000 regions a fold and
-        space, 200 rows ~10,000; regions grow faster than the rows, and 600 rows were
-        not measured); a region holds its partition (a byte per training row) and 24
-        bytes per validation row. Each task also keeps its walk's ring of recent
+        space, 600 rows up to ~182,000; regions grow faster than the rows); a region
+        holds its partition (a byte per training row), its polygon and its invariant
+        cells (~0.2 KB). Each task also keeps its walk's ring of recent
         regions' systems: 32 MB, grown 4x at a time up to 1 GiB where the walk finds
         its parents' systems overwritten (128 MB on spambase's 450 CV rows), so with
         the local engine's threads a fit can hold up to 1 GiB per thread.
