@@ -621,6 +621,49 @@ def test_cells_made_in_the_walk_equal_the_cells_of_its_regions(space, chunk):
         np.testing.assert_array_equal(lean.cells[key], got[key])
 
 
+def test_cover_points_marks_the_points_in_or_on_convex_polygons_as_geos_does():
+    """:func:`_kernels.cover_points` (the walk's probe points covered by a region?)
+    against GEOS's intersects: convex polygons of both orientations on a grid of
+    eighths (so vertices and edge midpoints are exact), points inside, outside, on
+    vertices and on edges, and a polygon of two vertices, which covers nothing."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    rng = np.random.default_rng(5)
+    polys, verts, offs = [], [], [0]
+    for r in range(60):
+        pts = rng.integers(0, 80, size=(6, 2)) / 8.0
+        hull = shapely.MultiPoint(pts).convex_hull
+        if hull.geom_type != "Polygon":
+            continue
+        V = np.asarray(hull.exterior.coords)[:-1]
+        if r % 2:
+            V = V[::-1]  # clockwise
+        polys.append(shapely.Polygon(V))
+        verts.append(V)
+        offs.append(offs[-1] + len(V))
+    verts.append(np.array([[0.0, 0.0], [10.0, 10.0]]))  # two vertices: no polygon
+    offs.append(offs[-1] + 2)
+    vert, off = np.concatenate(verts), np.array(offs, np.int64)
+    edges = [(V[i] + V[(i + 1) % len(V)]) / 2 for V in verts[:5] for i in range(len(V))]
+    pts = np.concatenate([rng.uniform(-1, 11, size=(3000, 2)), verts[0], verts[3],
+                          np.array(edges), [[5.0, 5.0]]])  # fmt: skip
+    hit = np.zeros(len(pts), np.bool_)
+    K.cover_points(np.ascontiguousarray(pts[:, 0]), np.ascontiguousarray(pts[:, 1]),
+                   vert, off, hit)  # fmt: skip
+    tree = shapely.STRtree(polys)
+    want = np.zeros(len(pts), bool)
+    want[tree.query(shapely.points(pts), predicate="intersects")[0]] = True
+    assert 500 < want.sum() < len(pts) - 500
+    np.testing.assert_array_equal(hit, want)
+    # in pieces (the walk's chunks), one call each: the same marks
+    hit2 = np.zeros(len(pts), np.bool_)
+    for a, b in [(0, 20), (20, len(off) - 1)]:
+        sub_off = off[a : b + 1] - off[a]
+        K.cover_points(np.ascontiguousarray(pts[:, 0]), np.ascontiguousarray(pts[:, 1]),
+                       vert[off[a] : off[b]], sub_off, hit2)  # fmt: skip
+    np.testing.assert_array_equal(hit2, want)
+
+
 def _cv_fold(tmp_path, shared_data, name, rows, fold):
     """The training rows of one fold of a shared set's CV set of ``rows`` rows, as
     benchmarks/bench_bpsp.py --rows makes them (standardised, 5 stratified folds),

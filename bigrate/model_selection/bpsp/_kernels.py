@@ -1180,6 +1180,77 @@ def _grow3(a, cap):
 
 # ------------------------------------------------------------------ invariant cells
 @njit(cache=True, nogil=True)
+def cover_points(px, py, vert, off, hit):
+    """Set hit[i] where the point (px[i], py[i]) lies in or on one of the convex
+    polygons vert[off[r]:off[r + 1]] (either orientation): the points bucketed on a
+    grid of about one point a cell, each polygon tested against the points of the
+    cells its bounding box meets. What the walk's probe points need (are they covered
+    by a region already?), without building a GEOS polygon per region and a tree of
+    them every round (0.7 s of 4.5 s on breast cancer 450's triangle, fold 0)."""
+    m = px.shape[0]
+    if m == 0 or off.shape[0] < 2:
+        return
+    x0, x1, y0, y1 = px.min(), px.max(), py.min(), py.max()
+    g = max(1, int(np.sqrt(m)))
+    sx = (x1 - x0) / g if x1 > x0 else 1.0
+    sy = (y1 - y0) / g if y1 > y0 else 1.0
+    count = np.zeros(g * g + 1, np.int64)
+    where = np.empty(m, np.int64)
+    for i in range(m):
+        cx = min(int((px[i] - x0) / sx), g - 1)
+        cy = min(int((py[i] - y0) / sy), g - 1)
+        where[i] = cy * g + cx
+        count[where[i] + 1] += 1
+    for c in range(g * g):
+        count[c + 1] += count[c]
+    order = np.empty(m, np.int64)
+    fill = count[:-1].copy()
+    for i in range(m):
+        order[fill[where[i]]] = i
+        fill[where[i]] += 1
+    for r in range(off.shape[0] - 1):
+        a, b = off[r], off[r + 1]
+        if b - a < 3:
+            continue
+        bx0, bx1 = vert[a, 0], vert[a, 0]
+        by0, by1 = vert[a, 1], vert[a, 1]
+        twice = 0.0  # twice the signed area: the orientation
+        for k in range(a, b):
+            k1 = k + 1 if k + 1 < b else a
+            bx0, bx1 = min(bx0, vert[k, 0]), max(bx1, vert[k, 0])
+            by0, by1 = min(by0, vert[k, 1]), max(by1, vert[k, 1])
+            twice += vert[k, 0] * vert[k1, 1] - vert[k1, 0] * vert[k, 1]
+        if bx1 < x0 or bx0 > x1 or by1 < y0 or by0 > y1:
+            continue
+        sign = 1.0 if twice >= 0.0 else -1.0
+        cx0 = min(max(int((bx0 - x0) / sx), 0), g - 1)
+        cx1 = min(max(int((bx1 - x0) / sx), 0), g - 1)
+        cy0 = min(max(int((by0 - y0) / sy), 0), g - 1)
+        cy1 = min(max(int((by1 - y0) / sy), 0), g - 1)
+        for cy in range(cy0, cy1 + 1):
+            for cx in range(cx0, cx1 + 1):
+                c = cy * g + cx
+                for q in range(count[c], count[c + 1]):
+                    i = order[q]
+                    if hit[i]:
+                        continue
+                    x, y = px[i], py[i]
+                    if x < bx0 or x > bx1 or y < by0 or y > by1:
+                        continue
+                    inside = True
+                    for k in range(a, b):
+                        k1 = k + 1 if k + 1 < b else a
+                        cross = (vert[k1, 0] - vert[k, 0]) * (y - vert[k, 1]) - (
+                            vert[k1, 1] - vert[k, 1]
+                        ) * (x - vert[k, 0])
+                        if sign * cross < 0.0:
+                            inside = False
+                            break
+                    if inside:
+                        hit[i] = True
+
+
+@njit(cache=True, nogil=True)
 def cells(vert, off, piece_region, H, y_val, tol):
     """Every convex piece (vert[off[p]:off[p+1]]) of a region split by the sign of
     each validation row's decision numerator h = H[region, v] . (1, p1, p2) (eq.

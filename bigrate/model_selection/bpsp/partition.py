@@ -462,17 +462,18 @@ class Partitioner:
         pool, at = np.empty(self.pool_floats), np.zeros(2, np.int64)
         kd = np.zeros(_k.N_DIAG)
         chunks: list = []
-        n_chunks = 0  # chunks whose regions are in polys
+        n_chunks = 0  # chunks whose regions are in pieces
         covered, n_regions = 0.0, 0
         probe = -1.0 if self.probe is None else float(self.probe)
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
         seeds, gaps = [rect], []
-        united = 0  # regions polys[:united] are out of the gaps
+        united = 0  # the regions of pieces[:united] are out of the gaps
         uncovered = None  # the gaps left by every region so far, once united
-        # every region's polygon so far, chunk by chunk, and the thin ones' (not
-        # regions, but what they cover is no gap either)
-        polys: list = []
+        # every region's polygon so far, as (vertices, offsets) chunk by chunk, and
+        # the thin ones' (not regions, but what they cover is no gap either); GEOS
+        # polygons are built of them only for a union
+        pieces: list = []
         thins: list = []  # the thin ones of this round
         # the probe points of moves the walk dropped: where gaps start, found without
         # a union of every region (GEOS's, seconds for tens of thousands of them)
@@ -547,11 +548,11 @@ class Partitioner:
                 break
             t0 = time.perf_counter()
             for c in [*chunks[n_chunks:], *thins]:  # regions, then thin ones
-                polys += list(polygons_of(c[1], c[2]))
+                pieces.append((c[1], c[2]))
             n_chunks, thins = len(chunks), []
             # first the probe points (across dropped moves and thin regions' facets)
             # that no region covers; the union of every region only where none is
-            probes = self._uncovered(dpt[:n_drop], polys, rect)
+            probes = self._uncovered(dpt[:n_drop], pieces, rect)
             n_drop = 0
             # while they find regions: seeds that find only regions too thin to keep
             # can lead on to more of them, across their facets, round after round
@@ -563,10 +564,11 @@ class Partitioner:
                 self.diag.seeding_seconds += time.perf_counter() - t0
                 continue
             # a round of probe seeds found nothing the union's finish test can count
+            new_polys = [g for v, o in pieces[united:] for g in polygons_of(v, o)]
             uncovered, finished = self._gaps_left(
-                rect, uncovered, polys[united:], _round, found if from_union else 1
+                rect, uncovered, new_polys, _round, found if from_union else 1
             )
-            gaps, united, from_union = uncovered, len(polys), True
+            gaps, united, from_union = uncovered, len(pieces), True
             self.diag.seeding_seconds += time.perf_counter() - t0
             if finished:
                 break
@@ -632,10 +634,11 @@ class Partitioner:
     #: probe points seeded a round at most (each a direct solve, or a few)
     MAX_PROBE_SEEDS = 1000
 
-    def _uncovered(self, points, polys, rect):
+    def _uncovered(self, points, pieces, rect):
         """Tiny squares around those of ``points`` (the walk's probe points) inside
-        the domain ``rect`` that no region of ``polys`` covers, each a seed of a gap
-        (at most :attr:`MAX_PROBE_SEEDS`, distinct)."""
+        the domain ``rect`` that no polygon of ``pieces`` ((vertices, offsets) arrays
+        of convex polygons: :func:`_kernels.cover_points`) covers, each a seed of a
+        gap (at most :attr:`MAX_PROBE_SEEDS`, distinct)."""
         if not len(points):
             return []
         pts = np.unique(np.asarray(points), axis=0)
@@ -643,13 +646,14 @@ class Partitioner:
         x0, y0, x1, y1 = rect.bounds
         if not len(pts):
             return []
-        hit = shapely.STRtree(polys).query(shapely.points(pts), predicate="intersects")
-        free = np.ones(len(pts), bool)
-        free[hit[0]] = False
+        px, py = np.ascontiguousarray(pts[:, 0]), np.ascontiguousarray(pts[:, 1])
+        hit = np.zeros(len(pts), np.bool_)
+        for vert, off in pieces:
+            _k.cover_points(px, py, vert, off, hit)
         e = 1e-9 * max(x1 - x0, y1 - y0)
         return [
             shapely.box(x - e, y - e, x + e, y + e)
-            for x, y in pts[free][: self.MAX_PROBE_SEEDS]
+            for x, y in pts[~hit][: self.MAX_PROBE_SEEDS]
         ]
 
     def _gaps_left(self, rect, gaps, new_polys, round_, found):
