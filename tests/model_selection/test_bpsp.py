@@ -203,15 +203,23 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
     assert d_grows.updated_systems > 0.75 * d_big.updated_systems
     assert d_fixed.updated_systems < 0.1 * d_big.updated_systems
     assert d_grows.regions == d_big.regions == d_fixed.regions
-    # the same cells; their counts equal but on slivers below what the best point
-    # considers (PIECE_TOL: a cell of area 4.5e-12 changes sides at a rounding of h)
+    # the same cells, up to the rounding of systems updated along other paths (the
+    # parents the small ring lost were solved from scratch): as many, of the same
+    # areas to 1e-10 (a cell of area 0.06 can gain a vertex all but collinear), their
+    # counts equal but on slivers below what the best point considers (PIECE_TOL: a
+    # cell of area 4.5e-12 changes sides at a rounding of h)
     from bigrate.model_selection.bpsp import _kernels as K
     from bigrate.model_selection.bpsp.search import PIECE_TOL
 
-    assert (np.asarray(grows["off"]) == np.asarray(big["off"])).all()
+    def areas(c):
+        return np.array([K.area(c["vert"][c["off"][i] : c["off"][i + 1]])
+                         for i in range(len(c["fn"]))])  # fmt: skip
+
+    assert len(grows["fn"]) == len(big["fn"])
+    np.testing.assert_allclose(areas(grows), areas(big), rtol=0, atol=1e-10)
     for key in ("fn", "fp"):
         for c in np.flatnonzero(np.asarray(grows[key]) != np.asarray(big[key])):
-            assert K.area(big["vert"][big["off"][c] : big["off"][c + 1]]) < PIECE_TOL
+            assert areas(big)[c] < PIECE_TOL
 
 
 def test_polygons_of_a_walk_are_its_regions_polygons():

@@ -247,9 +247,10 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
     singular (|s| or |B_row,row| under 1e-8 of its terms) or the update's residual is
     beyond UPDATE_RESIDUAL: the caller solves it from scratch."""
     n = y.shape[0]
-    mb, _, _, _, Mp, alpha_p, bprime_p, gt_p, h_p = _pool_system(
+    mb, _, _, _, Mp, alpha_m, bprime_p, gt_p, h_p = _pool_system(
         pool, v, n, KvT.shape[1]
     )
+    alpha_p = _parent_alpha(state, row, kind, box, Mp, alpha_m)
     sa, offs, coefs = _chain(pool, v)
     ell = np.empty(3)
     w = np.zeros(n + 1)
@@ -331,6 +332,30 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
 
 
 @njit(cache=True, nogil=True, internal=True)
+def _parent_alpha(state, row, kind, box, Mp, alpha_m):
+    """The parent's alpha (n, 3), whose entry keeps it on its margin rows ``Mp``
+    (``alpha_m``) only, from the child's partition ``state`` (the parent's with
+    ``row`` moved across its inequality of ``kind``): the box on E, 0 on R, exactly
+    what the parent's solve or update left there."""
+    n = state.shape[0]
+    alpha = np.zeros((n, 3))
+    for j in range(n):
+        if state[j] == E_SET:
+            for t in range(3):
+                alpha[j, t] = box[j, t]
+    if kind == E_ROW:  # the row was in E (it is in M now, not in Mp)
+        for t in range(3):
+            alpha[row, t] = box[row, t]
+    elif kind == R_ROW:
+        for t in range(3):
+            alpha[row, t] = 0.0
+    for k in range(Mp.shape[0]):  # a row that left M is among them
+        for t in range(3):
+            alpha[Mp[k], t] = alpha_m[k, t]
+    return alpha
+
+
+@njit(cache=True, nogil=True, internal=True)
 def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
            bprime_p, gt_p, h_p):  # fmt: skip
     """The child's solution from its parent's moved by d l(p) (:func:`update`): (ok,
@@ -338,7 +363,7 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     system is beyond UPDATE_RESIDUAL."""
     n = y.shape[0]
     nv = KvT.shape[1]
-    alpha = alpha_p.copy()
+    alpha = alpha_p  # the parent's, rebuilt for this update (:func:`_parent_alpha`)
     bprime = bprime_p + d[0] * ell
     u = np.empty(n)
     for i in range(n):
@@ -637,7 +662,8 @@ def _seen_add(table, store, count, st, slot, h):
 # from scratch, explicit (1: its inverse; 0: a rank-one term on its parent's), the
 # ring positions of its anchor (the explicit inverse its terms sit on) and of its
 # parent, the count of terms since the anchor, the term's coefficient; then M, the
-# inverse (mb * mb) or the term's w (n + 1), alpha, b', g~ and h
+# inverse (mb * mb) or the term's w (n + 1), alpha on M (the rest is the box on E and
+# 0 on R: :func:`_parent_alpha`), b', g~ and h
 _HEAD = 7
 
 
@@ -652,7 +678,7 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     n, nv = alpha.shape[0], h.shape[0]
     explicit = B.shape[0] > 0
     body = mb * mb if explicit else n + 1
-    size = _HEAD + (mb - 1) + body + 6 * n + 3 + 3 * nv
+    size = _HEAD + (mb - 1) + body + 3 * (mb - 1) + 3 * n + 3 + 3 * nv
     P = pool.shape[0]
     if size > P or (explicit and B.shape[0] != mb) or (not explicit and parent < 0):
         return -1
@@ -685,10 +711,10 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
         for k in range(n + 1):
             pool[s + k] = w[k]
     s += body
-    for i in range(n):
+    for k in range(mb - 1):  # alpha on M only: a quarter of an entry at 450 CV rows
         for t in range(3):
-            pool[s + 3 * i + t] = alpha[i, t]
-    s += 3 * n
+            pool[s + 3 * k + t] = alpha[M[k], t]
+    s += 3 * (mb - 1)
     for t in range(3):
         pool[s + t] = bprime[t]
     s += 3
@@ -715,7 +741,7 @@ def pool_intact(pool, at, v):
 @njit(cache=True, nogil=True, internal=True)
 def _pool_system(pool, v, n, nv):
     """The entry :func:`pool_put` wrote at ``v``: (mb, depth, chain, anchor, M,
-    alpha, b', g~, h), alpha and the rest as views of the pool."""
+    alpha on M (mb - 1, 3), b', g~, h), alpha and the rest as views of the pool."""
     s = v % pool.shape[0]
     mb = int(pool[s])
     depth, chain, anchor = int(pool[s + 1]), int(pool[s + 5]), int(pool[s + 3])
@@ -723,8 +749,8 @@ def _pool_system(pool, v, n, nv):
     s += _HEAD
     M = pool[s : s + mb - 1].astype(np.int64)
     s += mb - 1 + body
-    alpha = pool[s : s + 3 * n].reshape((n, 3))
-    s += 3 * n
+    alpha = pool[s : s + 3 * (mb - 1)].reshape((mb - 1, 3))
+    s += 3 * (mb - 1)
     bprime = pool[s : s + 3]
     s += 3
     gt = pool[s : s + 3 * n].reshape((n, 3))
