@@ -497,7 +497,7 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
     args = (p.Q, p.y, p.box, p.space.r_coef)
     kinds, chained = set(), set()
-    checked = refused = 0
+    checked = refused = grand_checked = grand_refused = 0
     states = p._run_compiled(None, Kv).states
     # about 400 regions spread over the whole partition (every region of the (C+, C-)
     # triangle's 343; every third of the rectangle's 1,248): each check solves a
@@ -527,11 +527,19 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
                 r2, k2 = int(ineq_c[fc, 3]), int(ineq_c[fc, 4])
                 grand = child.copy()
                 grand[r2] = K.move_to(k2)
+                if _solved(K, args, grand)[4]:
+                    continue
+                grand_checked += 1
                 if _check_update(K, args, KvT, p.y, pool, at, vc, grand, r2, k2):
                     chained.add(k2)
+                else:
+                    grand_refused += 1
     assert checked > 500 and kinds == {K.LOWER, K.UPPER, K.E_ROW, K.R_ROW}
     assert chained == kinds
     assert refused <= 0.01 * checked
+    # from a chain of terms as accurate as from an anchor: a wrong term's update is
+    # refused by its residual, not passed
+    assert grand_checked > 100 and grand_refused <= 0.01 * grand_checked
 
 
 def test_an_update_that_lost_accuracy_is_refused():
