@@ -15,6 +15,29 @@ from tests.engines.batching import (
 def test_local_engine_map_dynamic_and_guided():
     check_map_dynamic(LocalEngine(), in_flight=1)
     check_map_guided(LocalEngine())
+    check_map_dynamic(LocalEngine(threads=3), in_flight=3)
+    check_map_dynamic(LocalEngine(threads=2), in_flight=3)
+
+
+def test_local_engine_map_dynamic_runs_tasks_at_once_on_its_threads():
+    """With threads, map_dynamic runs up to that many tasks at once (two tasks that
+    each wait for the other finish; one after another they could not), and asks for
+    the next task only as a thread frees up."""
+    import threading
+
+    meet = threading.Barrier(2, timeout=20)
+    asked = []
+
+    def task(k):
+        meet.wait()  # both running at once, or a BrokenBarrierError
+        return k
+
+    def next_task():
+        asked.append(len(asked))
+        return None if len(asked) > 4 else (len(asked), (len(asked),))
+
+    got = dict(LocalEngine(threads=2).map_dynamic(task, next_task, in_flight=2))
+    assert got == {1: 1, 2: 2, 3: 3, 4: 4}
 
 
 def test_local_engine_pinned_pool_runs_in_this_process():

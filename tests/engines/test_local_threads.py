@@ -65,14 +65,18 @@ def test_threads_must_be_a_positive_int(bad):
         LocalEngine(threads=bad)
 
 
-def test_running_tasks_stop_at_their_next_check_when_the_caller_stops():
+@pytest.mark.parametrize("how", ["map", "map_dynamic"])
+def test_running_tasks_stop_at_their_next_check_when_the_caller_stops(how):
     """A caller that stops (an error, Ctrl-C) does not wait for its running tasks to
-    end: they raise Cancelled at their next check."""
-    seen = []
+    end: they raise Cancelled at their next check; with map or map_dynamic."""
+    import threading
+
+    seen, spinning = [], threading.Event()
 
     def spin(i):
         if i == 0:
             return i
+        spinning.set()
         t = time.perf_counter()
         try:
             while time.perf_counter() - t < 30:  # until cancelled (30 s: a failure)
@@ -84,8 +88,13 @@ def test_running_tasks_stop_at_their_next_check_when_the_caller_stops():
         return i
 
     with LocalEngine(threads=2) as eng:
-        it = eng.map(spin, [(0,), (1,), (2,)])
+        if how == "map":
+            it = eng.map(spin, [(0,), (1,), (2,)])
+        else:
+            tasks = iter([(0, (0,)), (1, (1,)), (2, (2,))])
+            it = eng.map_dynamic(spin, lambda: next(tasks, None), in_flight=2)
         assert next(it) == (0, 0)
+        assert spinning.wait(10)  # a task running (not one cancelled unstarted)
         t = time.perf_counter()
         it.close()
         assert time.perf_counter() - t < 5
