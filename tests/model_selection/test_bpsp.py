@@ -193,7 +193,15 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
         part.pool_floats, part.pool_max_floats = start, most
         part.CHUNK = 500  # the ring grows between calls of the walk, 4x at most
         runs[name] = (part.run_cells(Kv, yv), part.diag)
+    # a call of the walk as long as the whole walk: it stops where parents are lost,
+    # for the ring to grow then, not after the call
+    part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    part.pool_floats, part.CHUNK = 4096, 10**6
+    part.run_cells(Kv, yv)
+    d_long = part.diag
     (big, d_big), (grows, d_grows), (_, d_fixed), (_, d_tiny) = runs.values()
+    assert d_long.pool_mb > 4096 * 8 / 2**20
+    assert d_long.pool_misses < 0.1 * d_long.regions  # 606; 10,285 in one call
     assert d_tiny.pool_mb > 64 * 8 / 2**20
     assert d_tiny.updated_systems > 0.5 * d_big.updated_systems
     assert d_big.pool_misses == 0 and d_big.pool_mb == 32

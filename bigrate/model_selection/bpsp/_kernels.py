@@ -985,7 +985,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget,
-         dpt, n_drop, chain_max):  # fmt: skip
+         dpt, n_drop, chain_max, miss_stop):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -1017,6 +1017,10 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     than ``chain_max`` terms since the last inverse written out: then its inverse is
     written (:func:`explicit_inverse`).
 
+    The call also returns (WALK_MORE) once ``miss_stop`` moves have found their
+    parent's entry overwritten since the ring last grew (``D_RING_SHORT``), so the
+    caller can grow the ring before the rest of its budget runs on one too small.
+
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
     the moves dropped because they did not hold just across their facet, where a gap
     in the regions walked may start (the caller seeds those no region covers)."""
@@ -1040,7 +1044,11 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     nthin = 0
     dom_lab = np.full(dom.shape[0], -1, np.int64)
     status = WALK_DONE
+    short0 = diag[D_RING_SHORT]
     while head < tail:
+        if diag[D_RING_SHORT] - short0 >= miss_stop:
+            status = WALK_MORE
+            break
         st = qst[head].copy()
         px, py, has = qpt[head, 0], qpt[head, 1], qhas[head]
         parent, move = qlink[head, 0], qlink[head, 1]
