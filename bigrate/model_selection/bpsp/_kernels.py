@@ -914,13 +914,21 @@ def _record_region(r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A):
     for j in range(st.shape[0]):
         r_state[nreg, j] = st[j]
     r_area[nreg] = A
-    start = r_off[nreg]
-    while start + P.shape[0] > r_vert.shape[0]:
-        r_vert = _grow2(r_vert, 2 * r_vert.shape[0])
-    for k in range(P.shape[0]):  # loops, not slice copies: see bigrate._jit
-        r_vert[start + k, 0], r_vert[start + k, 1] = P[k, 0], P[k, 1]
-    r_off[nreg + 1] = start + P.shape[0]
+    r_vert = _put_polygon(r_vert, r_off, nreg, P)
     return r_state, r_off, r_vert, r_area, r_h
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_polygon(vert, off, k, P):
+    """Polygon ``P`` as record k of (vertices ``vert``, offsets ``off``, which has
+    room for k + 2): returns ``vert``, a new array where grown."""
+    start = off[k]
+    while start + P.shape[0] > vert.shape[0]:
+        vert = _grow2(vert, 2 * vert.shape[0])
+    for i in range(P.shape[0]):  # loops, not slice copies: see bigrate._jit
+        vert[start + i, 0], vert[start + i, 1] = P[i, 0], P[i, 1]
+    off[k + 1] = start + P.shape[0]
+    return vert
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1391,12 +1399,7 @@ def _piece_cells(out, V, Hr, r, y_val, tol):
             for k in range(nc + 1):  # loops, not slice copies: see bigrate._jit
                 o[k] = c_off[k]
             c_off = o
-        start = c_off[nc]
-        while start + W.shape[0] > c_vert.shape[0]:
-            c_vert = _grow2(c_vert, 2 * c_vert.shape[0])
-        for k in range(W.shape[0]):  # loops, not slice copies: see bigrate._jit
-            c_vert[start + k, 0], c_vert[start + k, 1] = W[k, 0], W[k, 1]
-        c_off[nc + 1] = start + W.shape[0]
+        c_vert = _put_polygon(c_vert, c_off, nc, W)
         c_reg[nc], c_fn[nc], c_fp[nc] = r, fn, fp
         nc += 1
     return c_vert, c_off, c_reg, c_fn, c_fp, nc
