@@ -22,10 +22,10 @@ def _bound_call(stop: threading.Event, fn, args):
 class LocalEngine(Engine):
     """Runs every task in this process; ``put`` passes objects as they are.
 
-    ``threads`` > 1: :meth:`map` and :meth:`map_dynamic` run up to that many tasks at
-    once on threads of this process, results yielded as they finish. Only for tasks that share no mutable
-    state and spend their time in compiled code that releases the GIL (BPSP's
-    partitions): there is no process to start and nothing to copy, but Python code in
+    ``threads`` > 1: :meth:`map` and :meth:`map_dynamic` run up to that many tasks
+    at once on threads of this process, results yielded as they finish. Only for
+    tasks that share no mutable state and spend their time in compiled code that
+    releases the GIL (BPSP's partitions): there is no process to start and nothing to copy, but Python code in
     the tasks runs one thread at a time. A caller that stops (an error, Ctrl-C)
     cancels the tasks not yet started and waits for the running ones, which stop at
     their next :func:`bigrate._cancel.check` (BPSP's partitions: between calls of
@@ -68,10 +68,14 @@ class LocalEngine(Engine):
             submit_while_free(pending, width, next_task, submit)
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                # in submission order among those finished together: the same order
+                # from run to run where tasks finish at once
                 for f in sorted(done, key=order.__getitem__):
                     yield pending.pop(f), f.result()
                 submit_while_free(pending, width, next_task, submit)
         finally:
+            # on an interrupt or a caller that stops early: no further task starts,
+            # and the running ones stop at their next check
             stop.set()
             ex.shutdown(wait=True, cancel_futures=True)
 
@@ -80,24 +84,8 @@ class LocalEngine(Engine):
             for i, args in enumerate(args_list):
                 yield i, _call(fn, args)
             return
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-        ex = ThreadPoolExecutor(self.threads, thread_name_prefix="bigrate-local")
-        stop = threading.Event()
-        try:
-            index = {
-                ex.submit(_bound_call, stop, fn, args): i
-                for i, args in enumerate(args_list)
-            }
-            pending = set(index)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                # in submission order among those finished together: the same order
-                # from run to run where tasks finish at once
-                for f in sorted(done, key=index.__getitem__):
-                    yield index[f], f.result()
-        finally:
-            # on an interrupt or a caller that stops early: no further task starts,
-            # and the running ones stop at their next check
-            stop.set()
-            ex.shutdown(wait=True, cancel_futures=True)
+        # the threads' loop is map_dynamic's, over the tasks in their order
+        tasks = iter(enumerate(args_list))
+        yield from self.map_dynamic(fn, lambda: next(tasks, None),
+                                    in_flight=self.threads, retries=retries,
+                                    what=what)  # fmt: skip
