@@ -877,6 +877,42 @@ def test_a_seed_among_rows_tied_to_the_margin_gets_the_region_holding_its_point(
     assert shapely.Polygon(P).contains(Point(c_pos, c_neg))
 
 
+def test_corrections_that_meet_a_partition_again_stop_at_the_cycles_least_violation(
+    tmp_path, shared_data
+):
+    """A direct solve at a point on a boundary can start corrections that go round a
+    cycle: one partition breaks a row's line by 1.9e-4, the other breaks it back by
+    a rounding (3.4e-13). They went round it to the end of their rounds (240 solves
+    here; 582 for hill-valley's probe seeds, a fifth of its search). Meeting a
+    partition again ends them, at the cycle's partition of least violation."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    Xt, yt, w, g, _ = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 1)
+    p = Partitioner(Xt, yt, gamma=g, lambda_min=0.01, space="lambda_eta", weight=w)
+    lam, eta = 0.011810905374545747, 0.2223353140026875
+    a, b = p.solve_at(lam, eta)
+    start = p.state_from(a, b, lam, eta)
+
+    def worst(st):
+        ineq = p._system(st)[1]
+        return float((ineq[:, 0] * lam + ineq[:, 1] * eta - ineq[:, 2]).max())
+
+    def step(st):  # one correction, with no memory of the partitions met before
+        return K.correct(p.Q, p.y, p.box, p.space.r_coef, st, lam, eta, 1)[0]
+
+    rounds = 2 * len(yt)
+    st, moves = K.correct(p.Q, p.y, p.box, p.space.r_coef, start, lam, eta, rounds)
+    assert moves == 4
+    path = [start]
+    for _ in range(6):
+        path.append(step(path[-1]))
+    # two moves in, the same two partitions come round again and again
+    assert all((path[i] == path[i + 2]).all() for i in range(2, 5))
+    assert not (path[2] == path[3]).all()
+    assert worst(path[2]) > 1e-5 and worst(path[3]) < 1e-12
+    np.testing.assert_array_equal(st, path[3])
+
+
 def test_a_neighbours_hash_from_its_parents_is_its_own():
     """The walk hashes a neighbour from its parent's hash and the row that moved
     (the XOR of the rows' hashes): the same as hashing it whole, and a different hash

@@ -432,11 +432,31 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
     """Active-set corrections until the partition's affine solution meets its own
     conditions at (p1, p2): the worst violated row moves each round (with no
     consistent solution, the row nearest its margin joins M). Returns the partition
-    and the number of corrections."""
+    and the number of corrections.
+
+    A partition met again ends them: at a point on a boundary, two partitions can
+    send a row to each other, one violating its line by a rounding (1.5e-13 on
+    hill-valley), the other by far more (4e-6), and the corrections went round that
+    cycle to the end of their rounds (582 solves for a probe seed). The partition of
+    the cycle's least violation is returned then."""
     state = state.copy()
     n = y.shape[0]
     moves = 0
-    for _ in range(rounds):
+    met = np.empty(rounds, np.uint64)  # the hashes of the partitions met
+    worst_of = np.empty(rounds)  # and their worst violations
+    undo, undo_set = np.empty(rounds, np.int64), np.empty(rounds, np.int8)  # moves
+    h = _hash(state)
+    for r in range(rounds):
+        for q in range(r):
+            if met[q] == h:  # back to partition q: the cycle's least violation
+                b = q
+                for c in range(q + 1, r):
+                    if worst_of[c] < worst_of[b]:
+                        b = c
+                for c in range(r - 1, b - 1, -1):  # moves undone, latest first
+                    row = int(undo[c])
+                    state[row] = undo_set[c]
+                return state, moves
         alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, state)
         worst, k = 0.0, -1
         for j in range(ineq.shape[0]):
@@ -455,6 +475,7 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
                 worst, k = v, j
         if k < 0:
             return state, moves
+        met[r], worst_of[r] = h, worst
         if ineq[k, 4] < 0:
             level = rcoef[0] + rcoef[1] * p1 + rcoef[2] * p2
             best, bi = np.inf, -1
@@ -463,9 +484,12 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
                     g = abs(gt[i, 0] + gt[i, 1] * p1 + gt[i, 2] * p2 - level)
                     if g < best:
                         best, bi = g, i
-            state[bi] = M_SET
+            row, to = bi, M_SET
         else:
-            state[int(ineq[k, 3])] = move_to(int(ineq[k, 4]))
+            row, to = int(ineq[k, 3]), move_to(int(ineq[k, 4]))
+        undo[r], undo_set[r] = row, state[row]
+        h = h ^ _mix(row, state[row]) ^ _mix(row, to)
+        state[row] = to
         moves += 1
     return state, moves
 
@@ -1101,6 +1125,11 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             hst = _hash(st)
             k, slot = _slot(table, store, st, hst)
             if k >= 0:
+                # a partition seen already, e.g. the parent itself, on whose boundary
+                # the point lies within a rounding (corrections that went round a
+                # cycle of the two): the point just across is a gap seed if no
+                # region covers it
+                dpt, n_drop = _drop(dpt, n_drop, px, py)
                 continue
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
             fresh = True
@@ -1111,10 +1140,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             # neighbour or a gap seed finds it; not marked seen
             diag[D_DEGENERATE] += 1
             if has:  # the point just across: a gap seed if no region covers it
-                if n_drop == dpt.shape[0]:
-                    dpt = _grow2(dpt, 2 * n_drop + 8)
-                dpt[n_drop, 0], dpt[n_drop, 1] = px, py
-                n_drop += 1
+                dpt, n_drop = _drop(dpt, n_drop, px, py)
             continue
         table, store, n_seen = _seen_add(table, store, n_seen, st, slot, hst)
         if singular and not consistent:
@@ -1143,10 +1169,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             for i in range(P.shape[0]):
                 ok, qx, qy = _facet_probe(P, lab, ineq, i, probe)
                 if ok:
-                    if n_drop == dpt.shape[0]:
-                        dpt = _grow2(dpt, 2 * n_drop + 8)
-                    dpt[n_drop, 0], dpt[n_drop, 1] = qx, qy
-                    n_drop += 1
+                    dpt, n_drop = _drop(dpt, n_drop, qx, qy)
             continue
         # record the region
         r_state, r_off, r_vert, r_area, r_h = _record_region(
@@ -1212,6 +1235,15 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
             r_area[:nreg].copy(), r_h[:nreg].copy(), cv, co, cfn, cfp,
             t_state[:nthin].copy(), t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _drop(dpt, n_drop, px, py):
+    """``dpt[:n_drop]`` (grown as needed) with the probe point (px, py) appended."""
+    if n_drop == dpt.shape[0]:
+        dpt = _grow2(dpt, 2 * n_drop + 8)
+    dpt[n_drop, 0], dpt[n_drop, 1] = px, py
+    return dpt, n_drop + 1
 
 
 @njit(cache=True, nogil=True, internal=True)
