@@ -728,21 +728,116 @@ def test_gaps_left_by_the_walk_are_found_from_its_probe_points_not_a_union(
     (seconds for tens of thousands of regions)."""
     Xt, yt, w, g, _ = _cv_fold(tmp_path, shared_data, name, rows, fold)
 
-    def part(max_probe_seeds):
+    def part(max_probe_seeds, gap_search="edges"):
         p = Partitioner(Xt, yt, gamma=g, lambda_min=0.01, space=space, weight=w,
                         max_regions=100_000)  # fmt: skip
-        p.MAX_PROBE_SEEDS = max_probe_seeds
+        p.MAX_PROBE_SEEDS, p.gap_search = max_probe_seeds, gap_search
         return p, {r.state.tobytes(): r.polygon.area for r in p.run()}
 
     probed, got = part(1000)
-    united, want = part(0)  # probe points not used: the union finds the gap
-    assert probed.diag.probe_seeds >= 1 and probed.diag.unions == 0
+    united, want = part(0, "union")  # probe points not used: the union finds the gap
+    edged, found = part(0)  # nor here: the points of the edges' uncovered stretches
+    # (a search for gaps can still run after them, where thin regions overlapping
+    # others leave the areas' sum short: breast cancer's, finding nothing new)
+    assert probed.diag.probe_seeds >= 1
     assert united.diag.probe_seeds == 0 and united.diag.unions >= 1
-    assert got.keys() == want.keys()
+    assert edged.diag.probe_seeds == 0 and edged.diag.edge_seeds >= 1
+    assert got.keys() == want.keys() == found.keys()
     assert max(abs(got[k] - want[k]) for k in got) <= 1e-12
+    assert max(abs(got[k] - found[k]) for k in got) <= 1e-12
     # covered (neighbours overlap by strips of the clip's tolerance along their edges)
     area = probed.space.domain(0.01).area
     assert sum(got.values()) + probed.diag.thin_area == pytest.approx(area, abs=1e-8)
+
+
+@pytest.mark.parametrize("space, fold", [("lambda_eta", 2), ("c_pos_c_neg", 1)])
+def test_gaps_found_from_the_edges_hold_every_region_the_union_finds(
+    tmp_path, shared_data, space, fold
+):
+    """Hill-valley's regions leave thousands of slits narrower than area_tol between
+    edges that agree only to a rounding, which made the GEOS union of every region
+    most of a fold's time. The gaps' points from the uncovered stretches of the edges
+    find every region the union's gaps find (and a few more), with a fraction of the
+    direct solves: corrections from the region beside the gap reach its partition."""
+    Xt, yt, w, g, _ = _cv_fold(tmp_path, shared_data, "hill_valley", 150, fold)
+    got = {}
+    for search in ("union", "edges"):
+        p = Partitioner(Xt, yt, gamma=g, lambda_min=0.01, space=space, weight=w)
+        p.gap_search = search
+        got[search] = ({r.state.tobytes(): r.polygon.area for r in p.run()}, p.diag)
+    (union, du), (edges, de) = got["union"], got["edges"]
+    assert du.edge_seeds == 0 < de.edge_seeds and de.unions >= 1
+    assert union.keys() <= edges.keys()
+    assert max(abs(union[k] - edges[k]) for k in union) <= 1e-12
+    assert de.direct_solves <= du.direct_solves / 2
+    area = p.space.domain(0.01).area
+    covered = {k: sum(d[0].values()) + d[1].thin_area for k, d in got.items()}
+    assert area - covered["edges"] <= area - covered["union"] + 1e-12
+    assert de.unresolved_area <= 1e-6
+
+
+def _slit_cells(rng, lines, gone):
+    """A partition of the unit square by random lines with ``gone`` cells taken out
+    (gaps) and the others shrunk towards their centroids by a relative 2e-10 (slits
+    between neighbours, as rounding leaves them)."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    cells = _random_cells(rng, lines)
+    polys = [cells["vert"][a:b] for a, b in zip(cells["off"][:-1], cells["off"][1:])]
+    areas = np.array([K.area(V) for V in polys])
+    out = rng.choice(np.nonzero(areas > 1e-3)[0], gone, replace=False)
+    kept = [V.mean(0) + (V - V.mean(0)) * (1 - 2e-10) for i, V in enumerate(polys)
+            if i not in set(out)]  # fmt: skip
+    return kept, [polys[i] for i in out]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_edge_gaps_point_into_every_gap_and_pass_over_the_slits(seed):
+    """Against GEOS: every cell taken out of a partition holds a point of the
+    uncovered stretches whose product (stretch times reach) exceeds a tenth of
+    area_tol, each such point lies in a gap half way across, and the slits (up to
+    ~2e-10 wide: uncovered 1e-11 outside the edges, products up to 2e-11) give
+    none."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    rng = np.random.default_rng(seed)
+    kept, gone = _slit_cells(rng, 12, 3)
+    off = np.r_[0, np.cumsum([len(V) for V in kept])]
+    # clockwise polygons too: either orientation
+    kept = [V[::-1] if i % 2 else V for i, V in enumerate(kept)]
+    pts, prod, owner = K.edge_gaps(np.concatenate(kept), off, 0.0, 0.0, 1.0, 1.0,
+                                   1e-11, 1e-9, 1e-12)  # fmt: skip
+    big = prod > 1e-10
+    assert (~big).sum() > 5 * big.sum()  # the slits' stretches, passed over
+    holes = [shapely.Polygon(V) for V in gone]
+    inside = np.array([[h.contains(Point(p)) for h in holes] for p in pts[big]])
+    assert inside.any(axis=1).all()  # no point of a slit passes
+    assert inside.any(axis=0).all()  # every gap has one
+    for p, r in zip(pts[big], owner[big]):  # half way across, well off its edge
+        assert shapely.Polygon(kept[r]).distance(Point(p)) > 1e-6
+    # the stretches' products: about their gaps' areas, not over the square's
+    assert prod[big].max() <= 2.0
+
+
+def test_edge_gaps_of_a_covered_square_are_none():
+    """Two halves of the unit square 5e-13 apart (within the tolerance of 1e-12, as
+    the walk's regions reach past their lines) and a small square overlapping one of
+    them along the other's edge: nothing is uncovered, so no edge gives a point; with
+    no tolerance the 5e-13 slit is a gap's stretch."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    def square(x0, y0, x1, y1):
+        return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
+
+    polys = [square(0, 0, 0.5, 1), square(0.5 + 5e-13, 0, 1, 1),
+             square(0.5 + 5e-13, 0.3, 0.6, 0.5)]  # fmt: skip
+    vert, off = np.concatenate(polys), np.array([0, 4, 8, 12])
+    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 1e-12)
+    assert len(pts) == 0
+    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 0.0)
+    assert len(pts) >= 2 and set(owner.tolist()) == {0, 1, 2}
+    assert np.all(np.abs(pts[:, 0] - 0.5) < 1e-12)
+    assert prod.max() <= 1e-12
 
 
 def test_singular_systems_take_the_exact_geos_walk():

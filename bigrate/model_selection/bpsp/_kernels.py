@@ -1017,7 +1017,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget,
-         dpt, n_drop, chain_max, miss_stop):  # fmt: skip
+         dpt, dst, n_drop, chain_max, miss_stop):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -1055,7 +1055,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
 
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
     the moves dropped because they did not hold just across their facet, where a gap
-    in the regions walked may start (the caller seeds those no region covers)."""
+    in the regions walked may start (the caller seeds those no region covers), and in
+    ``dst[:n_drop]`` the partition met at each, from which the seed's corrections
+    start."""
     n = y.shape[0]
     nv = KvT.shape[1]
     cap = 64
@@ -1129,7 +1131,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 # the point lies within a rounding (corrections that went round a
                 # cycle of the two): the point just across is a gap seed if no
                 # region covers it
-                dpt, n_drop = _drop(dpt, n_drop, px, py)
+                dpt, dst, n_drop = _drop(dpt, dst, n_drop, px, py, st)
                 continue
             alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
             fresh = True
@@ -1140,7 +1142,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             # neighbour or a gap seed finds it; not marked seen
             diag[D_DEGENERATE] += 1
             if has:  # the point just across: a gap seed if no region covers it
-                dpt, n_drop = _drop(dpt, n_drop, px, py)
+                dpt, dst, n_drop = _drop(dpt, dst, n_drop, px, py, st)
             continue
         table, store, n_seen = _seen_add(table, store, n_seen, st, slot, hst)
         if singular and not consistent:
@@ -1169,7 +1171,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             for i in range(P.shape[0]):
                 ok, qx, qy = _facet_probe(P, lab, ineq, i, probe)
                 if ok:
-                    dpt, n_drop = _drop(dpt, n_drop, qx, qy)
+                    dpt, dst, n_drop = _drop(dpt, dst, n_drop, qx, qy, st)
             continue
         # record the region
         r_state, r_off, r_vert, r_area, r_h = _record_region(
@@ -1232,18 +1234,22 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     nvtx, tvtx = r_off[nreg], t_off[nthin]
     cv, co, _, cfn, cfp = _cells_done(cout)
     return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
-            n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
+            dst, n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
             r_area[:nreg].copy(), r_h[:nreg].copy(), cv, co, cfn, cfp,
             t_state[:nthin].copy(), t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
 
 
 @njit(cache=True, nogil=True, internal=True, inline="always")
-def _drop(dpt, n_drop, px, py):
-    """``dpt[:n_drop]`` (grown as needed) with the probe point (px, py) appended."""
+def _drop(dpt, dst, n_drop, px, py, st):
+    """``dpt[:n_drop]`` and ``dst[:n_drop]`` (grown as needed) with the probe point
+    (px, py) and the partition ``st`` met there appended."""
     if n_drop == dpt.shape[0]:
         dpt = _grow2(dpt, 2 * n_drop + 8)
+        dst = _grow2(dst, 2 * n_drop + 8)
     dpt[n_drop, 0], dpt[n_drop, 1] = px, py
-    return dpt, n_drop + 1
+    for j in range(st.shape[0]):
+        dst[n_drop, j] = st[j]
+    return dpt, dst, n_drop + 1
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -1280,6 +1286,209 @@ def _grow3(a, cap):
             for k in range(a.shape[2]):
                 out[i, j, k] = a[i, j, k]
     return out
+
+
+# ------------------------------------------------------------------ gaps from edges
+@njit(cache=True, nogil=True, internal=True)
+def _boxes(vert, off):
+    """Each polygon's bounding box (x0, x1, y0, y1) and orientation (+1: ccw)."""
+    n = off.shape[0] - 1
+    bb, sgn = np.empty((n, 4)), np.empty(n)
+    for r in range(n):
+        a, b = off[r], off[r + 1]
+        bx0 = bx1 = vert[a, 0]
+        by0 = by1 = vert[a, 1]
+        twice = 0.0
+        for k in range(a, b):
+            k1 = k + 1 if k + 1 < b else a
+            bx0, bx1 = min(bx0, vert[k, 0]), max(bx1, vert[k, 0])
+            by0, by1 = min(by0, vert[k, 1]), max(by1, vert[k, 1])
+            twice += vert[k, 0] * vert[k1, 1] - vert[k1, 0] * vert[k, 1]
+        bb[r, 0], bb[r, 1], bb[r, 2], bb[r, 3] = bx0, bx1, by0, by1
+        sgn[r] = 1.0 if twice >= 0.0 else -1.0
+    return bb, sgn
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _cell_range(lo, hi, origin, step, g):
+    return (min(max(int((lo - origin) / step), 0), g - 1),
+            min(max(int((hi - origin) / step), 0), g - 1))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _bucket(bb, x0, y0, sx, sy, g):
+    """The polygons listed by the grid cells their boxes meet (CSR: count, members)."""
+    count = np.zeros(g * g + 1, np.int64)
+    for r in range(bb.shape[0]):
+        cx0, cx1 = _cell_range(bb[r, 0], bb[r, 1], x0, sx, g)
+        cy0, cy1 = _cell_range(bb[r, 2], bb[r, 3], y0, sy, g)
+        for cy in range(cy0, cy1 + 1):
+            for cx in range(cx0, cx1 + 1):
+                count[cy * g + cx + 1] += 1
+    for c in range(g * g):
+        count[c + 1] += count[c]
+    members = np.empty(count[g * g], np.int64)
+    fill = count[:-1].copy()
+    for r in range(bb.shape[0]):
+        cx0, cx1 = _cell_range(bb[r, 0], bb[r, 1], x0, sx, g)
+        cy0, cy1 = _cell_range(bb[r, 2], bb[r, 3], y0, sy, g)
+        for cy in range(cy0, cy1 + 1):
+            for cx in range(cx0, cx1 + 1):
+                c = cy * g + cx
+                members[fill[c]] = r
+                fill[c] += 1
+    return count, members
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _segment_in(vert, a, b, sgn, ox, oy, dx, dy, t0, t1, tol):
+    """The part [t0, t1] of the segment (ox, oy) + t (dx, dy) within ``tol`` (a
+    distance) of the convex polygon vert[a:b] of orientation ``sgn`` (Cyrus-Beck);
+    empty where t0 >= t1."""
+    for e in range(a, b):
+        e1 = e + 1 if e + 1 < b else a
+        ex, ey = vert[e1, 0] - vert[e, 0], vert[e1, 1] - vert[e, 1]
+        mx, my = sgn * ey, -sgn * ex  # the outward normal, as long as the edge
+        f0 = (ox - vert[e, 0]) * mx + (oy - vert[e, 1]) * my - tol * np.hypot(mx, my)
+        fd = dx * mx + dy * my
+        if fd == 0.0:
+            if f0 > 0.0:
+                return 1.0, 0.0
+        elif fd > 0.0:
+            t1 = min(t1, -f0 / fd)
+        else:
+            t0 = max(t0, -f0 / fd)
+        if t0 >= t1:
+            break
+    return t0, t1
+
+
+@njit(cache=True, nogil=True)
+def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
+    """Points in the gaps between convex polygons vert[off[r]:off[r + 1]] (either
+    orientation) in the box [x0, x1] x [y0, y1]: a gap is bounded by polygon edges,
+    so it lies just outside the parts of some edges no other polygon covers. For
+    every edge, the segment ``eps`` outside it is clipped against the polygons whose
+    boxes meet it (within ``tol``). Each uncovered stretch longer than ``min_len``
+    gives: how far the uncovered strip reaches along the edge's normal from its
+    middle (up to the stretch's length: where the next polygon or the box's side
+    begins), the point half way across there, and the polygon whose edge it is. A
+    stretch times its reach is about its gap's area: the slits neighbours leave
+    between edges that agree only to a rounding (~1e-9 wide on hill-valley) have
+    products of 1e-12, a gap of area_tol 1e-9. Returns (points (m, 2), stretch times
+    reach (m,), polygon (m,))."""
+    n = off.shape[0] - 1
+    bb, sgn = _boxes(vert, off)
+    g = min(max(int(np.sqrt(n)), 1), 512)
+    sx, sy = (x1 - x0) / g, (y1 - y0) / g
+    count, members = _bucket(bb, x0, y0, sx, sy, g)
+    stamp = np.full(n, -1, np.int64)  # the edge a polygon was last tested against
+    iv = np.empty((64, 2))
+    pts, prod, owner = np.empty((64, 2)), np.empty(64), np.empty(64, np.int64)
+    m = 0
+    for r in range(n):
+        a, b = off[r], off[r + 1]
+        if b - a < 3:
+            continue
+        for k in range(a, b):
+            k1 = k + 1 if k + 1 < b else a
+            dx, dy = vert[k1, 0] - vert[k, 0], vert[k1, 1] - vert[k, 1]
+            L = np.hypot(dx, dy)
+            if L <= min_len:
+                continue
+            nx, ny = sgn[r] * dy / L, -sgn[r] * dx / L
+            ox, oy = vert[k, 0] + eps * nx, vert[k, 1] + eps * ny
+            # the offset segment inside the box (Liang-Barsky): none on its sides
+            tl, th = 0.0, 1.0
+            for pp, qq in (
+                (-dx, ox - x0),
+                (dx, x1 - ox),
+                (-dy, oy - y0),
+                (dy, y1 - oy),
+            ):
+                if pp == 0.0:
+                    if qq <= 0.0:
+                        tl = 1.0
+                elif pp < 0.0:
+                    tl = max(tl, qq / pp)
+                else:
+                    th = min(th, qq / pp)
+            if (th - tl) * L <= min_len:
+                continue
+            ni = 0
+            wx0, wx1 = min(ox + tl * dx, ox + th * dx), max(ox + tl * dx, ox + th * dx)
+            wy0, wy1 = min(oy + tl * dy, oy + th * dy), max(oy + tl * dy, oy + th * dy)
+            cx0, cx1 = _cell_range(wx0, wx1, x0, sx, g)
+            cy0, cy1 = _cell_range(wy0, wy1, y0, sy, g)
+            for cy in range(cy0, cy1 + 1):
+                for cx in range(cx0, cx1 + 1):
+                    c = cy * g + cx
+                    for q in range(count[c], count[c + 1]):
+                        o = members[q]
+                        if o == r or stamp[o] == k:
+                            continue
+                        stamp[o] = k
+                        if (bb[o, 0] > wx1 + tol or bb[o, 1] < wx0 - tol
+                                or bb[o, 2] > wy1 + tol or bb[o, 3] < wy0 - tol):  # fmt: skip
+                            continue
+                        t0, t1 = _segment_in(vert, off[o], off[o + 1], sgn[o], ox, oy,
+                                             dx, dy, tl, th, tol)  # fmt: skip
+                        if t0 < t1:
+                            if ni == iv.shape[0]:
+                                iv = _grow2(iv, 2 * ni)
+                            iv[ni, 0], iv[ni, 1] = t0, t1
+                            ni += 1
+            iv[:ni] = iv[:ni][np.argsort(iv[:ni, 0])]
+            cur = tl
+            for i in range(ni + 1):
+                s = iv[i, 0] if i < ni else th
+                if (s - cur) * L > min_len:
+                    u = 0.5 * (cur + s)
+                    px, py = ox + u * dx, oy + u * dy
+                    if m == pts.shape[0]:
+                        pts, prod = _grow2(pts, 2 * m), _grow1(prod, 2 * m)
+                        owner = _grow1(owner, 2 * m)
+                    stretch = (s - cur) * L
+                    reach = stretch * _reach(vert, off, bb, sgn, count, members, r, px,
+                                             py, stretch * nx, stretch * ny, x0, y0, x1,
+                                             y1, sx, sy, g)  # fmt: skip
+                    # half way across: as far from the edge as the gap lets a seed be
+                    # (the region's own partition holds within 1e-9 of it, as
+                    # :func:`correct` judges)
+                    pts[m, 0], pts[m, 1] = px + 0.5 * reach * nx, py + 0.5 * reach * ny
+                    prod[m], owner[m] = stretch * reach, r
+                    m += 1
+                if i < ni:
+                    cur = max(cur, iv[i, 1])
+    return pts[:m].copy(), prod[:m].copy(), owner[:m].copy()
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _reach(vert, off, bb, sgn, count, members, r, px, py, rdx, rdy, x0, y0, x1, y1,
+           sx, sy, g):  # fmt: skip
+    """The share t in [0, 1] of the ray (px, py) + t (rdx, rdy) before it enters a
+    polygon other than r or leaves the box."""
+    tmin = 1.0
+    for pp, qq in ((-rdx, px - x0), (rdx, x1 - px), (-rdy, py - y0), (rdy, y1 - py)):
+        if pp > 0.0:
+            tmin = min(tmin, qq / pp)
+    wx0, wx1 = min(px, px + rdx), max(px, px + rdx)
+    wy0, wy1 = min(py, py + rdy), max(py, py + rdy)
+    cx0, cx1 = _cell_range(wx0, wx1, x0, sx, g)
+    cy0, cy1 = _cell_range(wy0, wy1, y0, sy, g)
+    for cy in range(cy0, cy1 + 1):
+        for cx in range(cx0, cx1 + 1):
+            c = cy * g + cx
+            for q in range(count[c], count[c + 1]):
+                o = members[q]
+                if (o == r or bb[o, 0] > wx1 or bb[o, 1] < wx0 or bb[o, 2] > wy1
+                        or bb[o, 3] < wy0):  # fmt: skip
+                    continue
+                t0, t1 = _segment_in(vert, off[o], off[o + 1], sgn[o], px, py, rdx,
+                                     rdy, 0.0, tmin, 0.0)  # fmt: skip
+                if t0 < t1:
+                    tmin = t0
+    return max(tmin, 0.0)
 
 
 # ------------------------------------------------------------------ invariant cells

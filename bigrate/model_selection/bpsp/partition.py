@@ -227,10 +227,16 @@ class Diagnostics:
     # partition was redone by the exact but slower walk over shapely polygons
     slow_path: int = 0
     # gaps the walk left, found by the probe points (of its dropped moves and of thin
-    # regions' facets) that no region covers, each seeded by a direct solve; and the
-    # GEOS unions of every region, needed only where those found none
+    # regions' facets) that no region covers, each seeded by corrections from the
+    # partition the walk met there or, where those find none holding at the point, a
+    # direct solve; and the GEOS unions of every region, needed only where those
+    # found none
     probe_seeds: int = 0
+    corrected_seeds: int = 0
+    # the searches for the gaps those leave (gap_search: the uncovered stretches of the
+    # regions' edges, or GEOS unions of every region), and the edges' gap points seeded
     unions: int = 0
+    edge_seeds: int = 0
     # where a task's time went: the compiled walk (with the invariant cells of its
     # regions, made as they are recorded), the gaps (GEOS unions and the direct solves
     # that seed them) and the invariant cells made apart (the slow paths' regions)
@@ -311,6 +317,12 @@ class Partitioner:
         # reaches a region's child a frontier of regions later, so an anchor must
         # live chain_max frontiers
         self.chain_max = 4
+        # how the gaps the probe points miss are found: "edges", points in them from
+        # the uncovered stretches of the regions' edges (:meth:`_edge_seeds`, compiled),
+        # or "union", the GEOS union of every region (exact to its 1e-12 grid, but 24
+        # of a hill-valley rectangle fold's 45 s: its regions leave ~23,000 slits
+        # narrower than area_tol between edges that agree only to a rounding)
+        self.gap_search = "edges"
         if space not in SPACES:
             raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
         self.space = SPACES[space]
@@ -468,24 +480,26 @@ class Partitioner:
         probe = -1.0 if self.probe is None else float(self.probe)
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
-        seeds, gaps = [rect], []
+        seeds, gaps = [(rect, None)], []
         united = 0  # the regions of pieces[:united] are out of the gaps
         uncovered = None  # the gaps left by every region so far, once united
         # every region's polygon so far, as (vertices, offsets) chunk by chunk, and
         # the thin ones' (not regions, but what they cover is no gap either); GEOS
         # polygons are built of them only for a union
         pieces: list = []
+        piece_states: list = []  # and their partitions
+        left: list = []  # the gap seeds of a last round that found nothing
         thins: list = []  # the thin ones of this round
         # the probe points of moves the walk dropped: where gaps start, found without
         # a union of every region (GEOS's, seconds for tens of thousands of them)
-        dpt, n_drop = np.zeros((64, 2)), 0
+        dpt, dst, n_drop = np.zeros((64, 2)), np.zeros((64, n), np.int8), 0
         from_union = True  # this round's seeds are the union's gaps
         # regions per walk call: a progress report between calls
         chunk = 2000 if progress is not None else self.CHUNK
         seen_moves = seen_misses = 0.0  # the walk's counts when the ring last grew
         for _round in range(self.MAX_ROUNDS):
             t0 = time.perf_counter()
-            for area in seeds:
+            for area, start in seeds:
                 _cancel.check()  # a direct solve and its corrections apiece
                 # a probe point is tried once: one whose partition was seen lies in
                 # a thin region, and random points of its tiny square give the same
@@ -493,7 +507,8 @@ class Partitioner:
                     area,
                     lambda s, t=table, m=store: _k.seen_contains(t, m, s),
                     rng,
-                    tries=4 if from_union else 1,
+                    tries=4 if from_union and start is None else 1,
+                    start=start,
                 )
                 if tail == len(qst):
                     qst, qpt = np.vstack([qst, qst]), np.vstack([qpt, qpt])
@@ -510,13 +525,13 @@ class Partitioner:
                     self.Q, self.y, self.box, rcoef, dom, KvT, y_val, CELL_TOL,
                     bool(keep_h), table, store, n_seen, qst, qpt, qhas, qlink, head, tail, pool, at,
                     kd, CLIP_TOL, self.area_tol, probe, correcting,
-                    min(chunk, self.max_regions + 1 - n_regions), dpt, n_drop,
+                    min(chunk, self.max_regions + 1 - n_regions), dpt, dst, n_drop,
                     self.chain_max,
                     self.POOL_MISS_STOP if len(pool) < self.pool_max_floats else np.inf,
                 )  # fmt: skip
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
-                 tail, dpt, n_drop) = out[:12]  # fmt: skip
+                 tail, dpt, dst, n_drop) = out[:13]  # fmt: skip
                 moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
                 misses = kd[_k.D_RING_SHORT] - seen_misses
                 if (misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
@@ -525,7 +540,7 @@ class Partitioner:
                         pool, at, min(4 * len(pool), self.pool_max_floats)
                     )
                     seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
-                new, thin = out[12:21], out[21:]
+                new, thin = out[13:22], out[22:]
                 if len(thin[0]):
                     thins.append(thin)
                 if status == _k.WALK_SINGULAR:
@@ -551,10 +566,11 @@ class Partitioner:
             t0 = time.perf_counter()
             for c in [*chunks[n_chunks:], *thins]:  # regions, then thin ones
                 pieces.append((c[1], c[2]))
+                piece_states.append(c[0])
             n_chunks, thins = len(chunks), []
             # first the probe points (across dropped moves and thin regions' facets)
             # that no region covers; the union of every region only where none is
-            probes = self._uncovered(dpt[:n_drop], pieces, rect)
+            probes = self._uncovered(dpt[:n_drop], dst[:n_drop], pieces, rect)
             n_drop = 0
             # while they find regions: seeds that find only regions too thin to keep
             # can lead on to more of them, across their facets, round after round
@@ -565,6 +581,22 @@ class Partitioner:
                 seeds, from_union = probes, False
                 self.diag.seeding_seconds += time.perf_counter() - t0
                 continue
+            if self.gap_search == "edges":
+                # the gaps' points from the uncovered stretches of the regions' edges
+                # (:meth:`_edge_seeds`); finished where there are none, or where
+                # those of the last round found nothing
+                seeds = self._edge_seeds(rect, pieces, piece_states)
+                self.diag.unions += 1
+                finished = not seeds or (from_union and found == 0)
+                from_union = True
+                self.diag.seeding_seconds += time.perf_counter() - t0
+                if finished:
+                    left = seeds
+                    break
+                self.diag.edge_seeds += len(seeds)
+                short = total - covered - float(kd[_k.D_THIN_AREA])
+                correcting = self._correcting(_round, short, total)
+                continue
             # a round of probe seeds found nothing the union's finish test can count
             new_polys = [g for v, o in pieces[united:] for g in polygons_of(v, o)]
             uncovered, finished = self._gaps_left(
@@ -574,8 +606,8 @@ class Partitioner:
             self.diag.seeding_seconds += time.perf_counter() - t0
             if finished:
                 break
-            seeds = gaps
-            correcting = self._correcting(_round, gaps, total)
+            seeds = [(g, None) for g in gaps]
+            correcting = self._correcting(_round, sum(g.area for g in gaps), total)
         else:
             # still seeding after every round: where no gaps were found since the
             # last union (or none was made), what the areas leave is unresolved
@@ -596,6 +628,9 @@ class Partitioner:
         if gaps:
             d.unresolved_pieces += len(gaps)
             d.unresolved_area += sum(g.area for g in gaps)
+        if left:  # gap points no seed could cover: what the areas leave
+            d.unresolved_pieces += len(left)
+            d.unresolved_area += max(total - covered - d.thin_area, 0.0)
         walked = self._gather(chunks, KvT.shape[1])
         # regions reach CLIP_TOL past their lines, so neighbours share a strip of
         # that width along every edge: more than that is an overlap
@@ -642,16 +677,53 @@ class Partitioner:
 
     #: probe points seeded a round at most (each a direct solve, or a few)
     MAX_PROBE_SEEDS = 1000
+    #: edges' gap points seeded a round at most (mostly corrections, not solves)
+    MAX_EDGE_SEEDS = 5000
+    #: how far outside an edge (relative to the domain's side) its cover is tested:
+    #: above the rounding of the regions' vertices, far below a gap of area_tol
+    EDGE_EPS = 1e-10
+    #: an uncovered stretch of an edge is a gap's point where its length times its
+    #: reach across (about the gap's area) exceeds this share of area_tol. On a
+    #: hill-valley rectangle fold (87,845 regions, 117 gaps of the union): 75,403
+    #: stretches, 1,795 above 0.1 of area_tol, in all 117 gaps; above 1, 100 of them
+    EDGE_GAP_SHARE = 0.1
 
-    def _uncovered(self, points, pieces, rect):
+    def _edge_seeds(self, rect, pieces, states):
+        """Seeds of the gaps between the polygons of ``pieces`` ((vertices, offsets)
+        arrays; their partitions in ``states``) in the domain ``rect``: the points of
+        :func:`_kernels.edge_gaps` whose stretch times reach exceeds EDGE_GAP_SHARE
+        of area_tol, largest first, each a tiny square with the partition of the
+        region whose edge it lies outside (corrections from it reach the gap's)."""
+        vert, off = stack_polygons([v for v, _ in pieces], [o for _, o in pieces])
+        x0, y0, x1, y1 = rect.bounds
+        side = max(x1 - x0, y1 - y0)
+        pts, prod, owner = _k.edge_gaps(vert, off, x0, y0, x1, y1,
+                                        self.EDGE_EPS * side, self.area_tol * side,
+                                        CLIP_TOL)  # fmt: skip
+        keep = (prod > self.EDGE_GAP_SHARE * self.area_tol) & shapely.contains_xy(
+            rect, pts[:, 0], pts[:, 1]
+        )
+        order = np.nonzero(keep)[0]
+        order = order[np.argsort(-prod[order], kind="stable")][: self.MAX_EDGE_SEEDS]
+        first = np.cumsum([0] + [len(o) - 1 for _, o in pieces])
+        chunk = np.searchsorted(first, owner[order], side="right") - 1
+        e = 1e-9 * side
+        return [
+            (shapely.box(x - e, y - e, x + e, y + e), states[c][r - first[c]])
+            for (x, y), c, r in zip(pts[order], chunk, owner[order], strict=True)
+        ]
+
+    def _uncovered(self, points, states, pieces, rect):
         """Tiny squares around those of ``points`` (the walk's probe points) inside
         the domain ``rect`` that no polygon of ``pieces`` ((vertices, offsets) arrays
         of convex polygons: :func:`_kernels.cover_points`) covers, each a seed of a
-        gap (at most :attr:`MAX_PROBE_SEEDS`, distinct)."""
+        gap (at most :attr:`MAX_PROBE_SEEDS`, distinct), with the partition of
+        ``states`` the walk met at it."""
         if not len(points):
             return []
-        pts = np.unique(np.asarray(points), axis=0)
-        pts = pts[shapely.contains_xy(rect, pts[:, 0], pts[:, 1])]
+        pts, first = np.unique(np.asarray(points), axis=0, return_index=True)
+        inside = shapely.contains_xy(rect, pts[:, 0], pts[:, 1])
+        pts, first = pts[inside], first[inside]
         x0, y0, x1, y1 = rect.bounds
         if not len(pts):
             return []
@@ -661,8 +733,12 @@ class Partitioner:
             _k.cover_points(px, py, vert, off, hit)
         e = 1e-9 * max(x1 - x0, y1 - y0)
         return [
-            shapely.box(x - e, y - e, x + e, y + e)
-            for x, y in pts[~hit][: self.MAX_PROBE_SEEDS]
+            (shapely.box(x - e, y - e, x + e, y + e), states[i])
+            for (x, y), i in zip(
+                pts[~hit][: self.MAX_PROBE_SEEDS],
+                first[~hit][: self.MAX_PROBE_SEEDS],
+                strict=True,
+            )
         ]
 
     def _gaps_left(self, rect, gaps, new_polys, round_, found):
@@ -697,14 +773,11 @@ class Partitioner:
         return [g for g in getattr(geom, "geoms", [geom])
                 if g.geom_type == "Polygon" and g.area > self.area_tol]  # fmt: skip
 
-    def _correcting(self, round_, gaps, total):
+    def _correcting(self, round_, gap_area, total):
         """Whether moves that fail just across their facet are corrected there from
-        the next round on: after correct_after rounds of seeding, while the gaps are
-        not negligible (the walk has broken into islands)."""
-        return (
-            round_ + 1 >= self.correct_after
-            and sum(g.area for g in gaps) > 1e-6 * total
-        )
+        the next round on: after correct_after rounds of seeding, while the gaps
+        (``gap_area``) are not negligible (the walk has broken into islands)."""
+        return round_ + 1 >= self.correct_after and gap_area > 1e-6 * total
 
     @staticmethod
     def _grown(pool, at, size):
@@ -847,7 +920,7 @@ class Partitioner:
             if finished:
                 break
             seeds = gaps
-            correcting = self._correcting(_round, gaps, total)
+            correcting = self._correcting(_round, sum(g.area for g in gaps), total)
         if gaps:
             self.diag.unresolved_pieces += len(gaps)
             self.diag.unresolved_area += sum(g.area for g in gaps)
@@ -858,13 +931,26 @@ class Partitioner:
         self.diag.regions = len(regions)
         return regions
 
-    def _seed(self, area, is_seen, rng, tries=4):
-        """The partition at a point of ``area`` by a direct solve: its representative
-        point, or random points of it while that gives a partition already seen (with
-        tied or duplicated rows, the one found there can have no area, and the same
-        point would give it again every round)."""
+    def _seed(self, area, is_seen, rng, tries=4, start=None):
+        """The partition at a point of ``area``: by corrections from ``start`` (the
+        partition the walk met there, if any) where they end at one holding at the
+        point, else by a direct solve at its representative point, or random points
+        of it while that gives a partition already seen (with tied or duplicated
+        rows, the one found there can have no area, and the same point would give it
+        again every round)."""
         x0, y0, x1, y1 = area.bounds
         pt = area.representative_point()
+        rounds = max(50, 2 * len(self.y))
+        if start is not None:
+            # just across a facet of the region the walk came from, a few moves
+            # from it, where a direct solve costs an SMO fit (~4 ms at n = 291)
+            st, moves = _k.correct(self.Q, self.y, self.box, self.space.r_coef,
+                                   np.asarray(start, np.int8), pt.x, pt.y, rounds)  # fmt: skip
+            self.diag.corrections += int(moves)
+            if _k.correct(self.Q, self.y, self.box, self.space.r_coef, st, pt.x,
+                          pt.y, 1)[1] == 0:  # fmt: skip
+                self.diag.corrected_seeds += 1
+                return st
         for _ in range(tries):
             lam, eta = pt.x, pt.y
             a, bp = self.solve_at(lam, eta)
@@ -873,7 +959,7 @@ class Partitioner:
             # solve's partition can be 86 moves from the one that holds at its point
             # (50 left 0.066-0.075 of the triangle's 0.5 unresolved on 2 of 5 folds)
             st, _ = self.correct(self.state_from(a, bp, lam, eta), lam, eta,
-                                 rounds=max(50, 2 * len(self.y)))  # fmt: skip
+                                 rounds=rounds)  # fmt: skip
             if not is_seen(st):
                 break
             for _ in range(100):
