@@ -1315,28 +1315,70 @@ def _cell_range(lo, hi, origin, step, g):
             min(max(int((hi - origin) / step), 0), g - 1))  # fmt: skip
 
 
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _window(seg, y0, sy, g, tol):
+    """The box (x0, x1, y0, y1) of the segment seg[0] -> seg[1] and the range of
+    grid rows it meets within ``tol`` (cy0, cy1)."""
+    wx0, wx1 = min(seg[0, 0], seg[1, 0]), max(seg[0, 0], seg[1, 0])
+    wy0, wy1 = min(seg[0, 1], seg[1, 1]), max(seg[0, 1], seg[1, 1])
+    cy0, cy1 = _cell_range(wy0 - tol, wy1 + tol, y0, sy, g)
+    return wx0, wx1, wy0, wy1, cy0, cy1
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _strip(cy, y0, sy, g, tol):
+    """The y-range of grid row cy widened by ``tol`` (the first and last rows
+    open-ended: what lies past the grid is bucketed into them)."""
+    ya = -np.inf if cy == 0 else y0 + cy * sy - tol
+    yb = np.inf if cy == g - 1 else y0 + (cy + 1) * sy + tol
+    return ya, yb
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _strip_x(vert, a, b, ya, yb):
+    """The x-range of the convex polygon vert[a:b] (or the segment of its two
+    vertices) within the strip ya <= y <= yb; lo > hi where it misses it."""
+    lo, hi = np.inf, -np.inf
+    for k in range(a, b):
+        k1 = k + 1 if k + 1 < b else a
+        xk, yk, x1, y1 = vert[k, 0], vert[k, 1], vert[k1, 0], vert[k1, 1]
+        if ya <= yk <= yb:
+            lo, hi = min(lo, xk), max(hi, xk)
+        for yc in (ya, yb):
+            if (yk - yc) * (y1 - yc) < 0.0:
+                x = xk + (yc - yk) * (x1 - xk) / (y1 - yk)
+                lo, hi = min(lo, x), max(hi, x)
+    return lo, hi
+
+
 @njit(cache=True, nogil=True, internal=True)
-def _bucket(bb, x0, y0, sx, sy, g):
-    """The polygons listed by the grid cells their boxes meet (CSR: count, members)."""
+def _bucket(vert, off, bb, x0, y0, sx, sy, g, tol):
+    """The polygons listed by the grid cells they meet, row by row (a long thin
+    polygon across the grid meets a few cells a row, not every cell of its box:
+    hill-valley's (C+, C-) triangle is a fan of them), within ``tol`` (CSR: count,
+    members)."""
     count = np.zeros(g * g + 1, np.int64)
-    for r in range(bb.shape[0]):
-        cx0, cx1 = _cell_range(bb[r, 0], bb[r, 1], x0, sx, g)
-        cy0, cy1 = _cell_range(bb[r, 2], bb[r, 3], y0, sy, g)
-        for cy in range(cy0, cy1 + 1):
-            for cx in range(cx0, cx1 + 1):
-                count[cy * g + cx + 1] += 1
-    for c in range(g * g):
-        count[c + 1] += count[c]
-    members = np.empty(count[g * g], np.int64)
-    fill = count[:-1].copy()
-    for r in range(bb.shape[0]):
-        cx0, cx1 = _cell_range(bb[r, 0], bb[r, 1], x0, sx, g)
-        cy0, cy1 = _cell_range(bb[r, 2], bb[r, 3], y0, sy, g)
-        for cy in range(cy0, cy1 + 1):
-            for cx in range(cx0, cx1 + 1):
-                c = cy * g + cx
-                members[fill[c]] = r
-                fill[c] += 1
+    for _pass in range(2):
+        if _pass == 1:
+            for c in range(g * g):
+                count[c + 1] += count[c]
+            members = np.empty(count[g * g], np.int64)
+            fill = count[:-1].copy()
+        for r in range(bb.shape[0]):
+            cy0, cy1 = _cell_range(bb[r, 2] - tol, bb[r, 3] + tol, y0, sy, g)
+            for cy in range(cy0, cy1 + 1):
+                ya, yb = _strip(cy, y0, sy, g, tol)
+                lo, hi = _strip_x(vert, off[r], off[r + 1], ya, yb)
+                if lo > hi:
+                    continue
+                cx0, cx1 = _cell_range(lo - tol, hi + tol, x0, sx, g)
+                for cx in range(cx0, cx1 + 1):
+                    c = cy * g + cx
+                    if _pass == 0:
+                        count[c + 1] += 1
+                    else:
+                        members[fill[c]] = r
+                        fill[c] += 1
     return count, members
 
 
@@ -1381,8 +1423,9 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
     bb, sgn = _boxes(vert, off)
     g = min(max(int(np.sqrt(n)), 1), 512)
     sx, sy = (x1 - x0) / g, (y1 - y0) / g
-    count, members = _bucket(bb, x0, y0, sx, sy, g)
+    count, members = _bucket(vert, off, bb, x0, y0, sx, sy, g, tol)
     stamp = np.full(n, -1, np.int64)  # the edge a polygon was last tested against
+    seg = np.empty((2, 2))  # an edge's offset segment
     iv = np.empty((64, 2))
     pts, prod, owner = np.empty((64, 2)), np.empty(64), np.empty(64, np.int64)
     m = 0
@@ -1416,11 +1459,15 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
             if (th - tl) * L <= min_len:
                 continue
             ni = 0
-            wx0, wx1 = min(ox + tl * dx, ox + th * dx), max(ox + tl * dx, ox + th * dx)
-            wy0, wy1 = min(oy + tl * dy, oy + th * dy), max(oy + tl * dy, oy + th * dy)
-            cx0, cx1 = _cell_range(wx0, wx1, x0, sx, g)
-            cy0, cy1 = _cell_range(wy0, wy1, y0, sy, g)
+            seg[0, 0], seg[0, 1] = ox + tl * dx, oy + tl * dy
+            seg[1, 0], seg[1, 1] = ox + th * dx, oy + th * dy
+            wx0, wx1, wy0, wy1, cy0, cy1 = _window(seg, y0, sy, g, tol)
             for cy in range(cy0, cy1 + 1):
+                ya, yb = _strip(cy, y0, sy, g, tol)
+                lo, hi = _strip_x(seg, 0, 2, ya, yb)
+                if lo > hi:
+                    continue
+                cx0, cx1 = _cell_range(lo - tol, hi + tol, x0, sx, g)
                 for cx in range(cx0, cx1 + 1):
                     c = cy * g + cx
                     for q in range(count[c], count[c + 1]):
@@ -1472,11 +1519,15 @@ def _reach(vert, off, bb, sgn, count, members, r, px, py, rdx, rdy, x0, y0, x1, 
     for pp, qq in ((-rdx, px - x0), (rdx, x1 - px), (-rdy, py - y0), (rdy, y1 - py)):
         if pp > 0.0:
             tmin = min(tmin, qq / pp)
-    wx0, wx1 = min(px, px + rdx), max(px, px + rdx)
-    wy0, wy1 = min(py, py + rdy), max(py, py + rdy)
-    cx0, cx1 = _cell_range(wx0, wx1, x0, sx, g)
-    cy0, cy1 = _cell_range(wy0, wy1, y0, sy, g)
+    seg = np.empty((2, 2))
+    seg[0, 0], seg[0, 1], seg[1, 0], seg[1, 1] = px, py, px + rdx, py + rdy
+    wx0, wx1, wy0, wy1, cy0, cy1 = _window(seg, y0, sy, g, 0.0)
     for cy in range(cy0, cy1 + 1):
+        ya, yb = _strip(cy, y0, sy, g, 0.0)
+        lo, hi = _strip_x(seg, 0, 2, ya, yb)
+        if lo > hi:
+            continue
+        cx0, cx1 = _cell_range(lo, hi, x0, sx, g)
         for cx in range(cx0, cx1 + 1):
             c = cy * g + cx
             for q in range(count[c], count[c + 1]):
