@@ -805,8 +805,13 @@ def test_edge_gaps_point_into_every_gap_and_pass_over_the_slits(seed):
     off = np.r_[0, np.cumsum([len(V) for V in kept])]
     # clockwise polygons too: either orientation
     kept = [V[::-1] if i % 2 else V for i, V in enumerate(kept)]
-    pts, prod, owner = K.edge_gaps(np.concatenate(kept), off, 0.0, 0.0, 1.0, 1.0,
-                                   1e-11, 1e-9, 1e-12)  # fmt: skip
+    vert = np.concatenate(kept)
+    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-11, 1e-9, 1e-12, 0)
+    # a later search scans the edges of the polygons from ``start`` on only
+    start = len(kept) // 2
+    later = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-11, 1e-9, 1e-12, start)
+    np.testing.assert_array_equal(later[0], pts[owner >= start])
+    np.testing.assert_array_equal(later[2], owner[owner >= start])
     big = prod > 1e-10
     assert (~big).sum() > 5 * big.sum()  # the slits' stretches, passed over
     holes = [shapely.Polygon(V) for V in gone]
@@ -832,9 +837,9 @@ def test_edge_gaps_of_a_covered_square_are_none():
     polys = [square(0, 0, 0.5, 1), square(0.5 + 5e-13, 0, 1, 1),
              square(0.5 + 5e-13, 0.3, 0.6, 0.5)]  # fmt: skip
     vert, off = np.concatenate(polys), np.array([0, 4, 8, 12])
-    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 1e-12)
+    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 1e-12, 0)
     assert len(pts) == 0
-    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 0.0)
+    pts, prod, owner = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-13, 1e-9, 0.0, 0)
     assert len(pts) >= 2 and set(owner.tolist()) == {0, 1, 2}
     assert np.all(np.abs(pts[:, 0] - 0.5) < 1e-12)
     assert prod.max() <= 1e-12

@@ -1406,7 +1406,7 @@ def _segment_in(vert, a, b, sgn, ox, oy, dx, dy, t0, t1, tol):
 
 
 @njit(cache=True, nogil=True)
-def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
+def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
     """Points in the gaps between convex polygons vert[off[r]:off[r + 1]] (either
     orientation) in the box [x0, x1] x [y0, y1]: a gap is bounded by polygon edges,
     so it lies just outside the parts of some edges no other polygon covers. For
@@ -1418,7 +1418,9 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
     stretch times its reach is about its gap's area: the slits neighbours leave
     between edges that agree only to a rounding (~1e-9 wide on hill-valley) have
     products of 1e-12, a gap of area_tol 1e-9. Returns (points (m, 2), stretch times
-    reach (m,), polygon (m,))."""
+    reach (m,), polygon (m,)). Only the edges of polygons ``start`` on are scanned
+    (against every polygon): a later search's, where the gaps beside earlier edges
+    are known."""
     n = off.shape[0] - 1
     bb, sgn = _boxes(vert, off)
     g = min(max(int(np.sqrt(n)), 1), 512)
@@ -1429,7 +1431,7 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol):
     iv = np.empty((64, 2))
     pts, prod, owner = np.empty((64, 2)), np.empty(64), np.empty(64, np.int64)
     m = 0
-    for r in range(n):
+    for r in range(start, n):
         a, b = off[r], off[r + 1]
         if b - a < 3:
             continue

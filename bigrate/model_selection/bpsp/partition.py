@@ -489,6 +489,7 @@ class Partitioner:
         pieces: list = []
         piece_states: list = []  # and their partitions
         left: list = []  # the gap seeds of a last round that found nothing
+        known = None  # the last search's gap points (see _edge_seeds)
         thins: list = []  # the thin ones of this round
         # the probe points of moves the walk dropped: where gaps start, found without
         # a union of every region (GEOS's, seconds for tens of thousands of them)
@@ -585,7 +586,7 @@ class Partitioner:
                 # the gaps' points from the uncovered stretches of the regions' edges
                 # (:meth:`_edge_seeds`); finished where there are none, or where
                 # those of the last round found nothing
-                seeds = self._edge_seeds(rect, pieces, piece_states)
+                seeds, known = self._edge_seeds(rect, pieces, piece_states, known)
                 self.diag.unions += 1
                 finished = not seeds or (from_union and found == 0)
                 from_union = True
@@ -688,30 +689,44 @@ class Partitioner:
     #: stretches, 1,795 above 0.1 of area_tol, in all 117 gaps; above 1, 100 of them
     EDGE_GAP_SHARE = 0.1
 
-    def _edge_seeds(self, rect, pieces, states):
+    def _edge_seeds(self, rect, pieces, states, known=None):
         """Seeds of the gaps between the polygons of ``pieces`` ((vertices, offsets)
         arrays; their partitions in ``states``) in the domain ``rect``: the points of
         :func:`_kernels.edge_gaps` whose stretch times reach exceeds EDGE_GAP_SHARE
         of area_tol, largest first, each a tiny square with the partition of the
-        region whose edge it lies outside (corrections from it reach the gap's)."""
+        region whose edge it lies outside (corrections from it reach the gap's).
+        ``known``: the last search's points and how many polygons it scanned; only
+        the edges of the polygons since are scanned, and the points they cover are
+        dropped (a gap the new regions shrank is bounded by their edges too).
+        Returns the seeds and what the next search knows."""
         vert, off = stack_polygons([v for v, _ in pieces], [o for _, o in pieces])
         x0, y0, x1, y1 = rect.bounds
         side = max(x1 - x0, y1 - y0)
+        start = 0 if known is None else known[3]
         pts, prod, owner = _k.edge_gaps(vert, off, x0, y0, x1, y1,
                                         self.EDGE_EPS * side, self.area_tol * side,
-                                        CLIP_TOL)  # fmt: skip
+                                        CLIP_TOL, start)  # fmt: skip
         keep = (prod > self.EDGE_GAP_SHARE * self.area_tol) & shapely.contains_xy(
             rect, pts[:, 0], pts[:, 1]
         )
-        order = np.nonzero(keep)[0]
-        order = order[np.argsort(-prod[order], kind="stable")][: self.MAX_EDGE_SEEDS]
+        pts, prod, owner = pts[keep], prod[keep], owner[keep]
+        if known is not None and len(known[0]):
+            old = known[0]
+            hit = np.zeros(len(old), np.bool_)
+            _k.cover_points(np.ascontiguousarray(old[:, 0]),
+                            np.ascontiguousarray(old[:, 1]), vert[off[start]:],
+                            off[start:] - off[start], hit)  # fmt: skip
+            pts = np.concatenate([old[~hit], pts])
+            prod = np.concatenate([known[1][~hit], prod])
+            owner = np.concatenate([known[2][~hit], owner])
+        order = np.argsort(-prod, kind="stable")[: self.MAX_EDGE_SEEDS]
         first = np.cumsum([0] + [len(o) - 1 for _, o in pieces])
         chunk = np.searchsorted(first, owner[order], side="right") - 1
         e = 1e-9 * side
         return [
             (shapely.box(x - e, y - e, x + e, y + e), states[c][r - first[c]])
             for (x, y), c, r in zip(pts[order], chunk, owner[order], strict=True)
-        ]
+        ], (pts, prod, owner, len(off) - 1)
 
     def _uncovered(self, points, states, pieces, rect):
         """Tiny squares around those of ``points`` (the walk's probe points) inside
