@@ -845,6 +845,44 @@ def test_edge_gaps_of_a_covered_square_are_none():
     assert prod.max() <= 1e-12
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_overlapping_pairs_equal_geos(seed):
+    """The pairs of convex polygons sharing more than area_tol, in compiled code,
+    against GEOS's tree query and intersections: a partition (neighbours touch, none
+    overlap), a fan of thin wedges through one point (each touches every other) with
+    a few wider ones over them, and random small polygons."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    rng = np.random.default_rng(seed)
+    cells = _random_cells(rng, 8)
+    polys = [cells["vert"][a:b] for a, b in zip(cells["off"][:-1], cells["off"][1:])]
+    t = np.sort(rng.uniform(0, 2 * np.pi, 60))
+    for k in range(len(t) - 1):
+        wide = 3 if k % 10 == 0 else 1  # over the next two wedges
+        t1 = t[min(k + wide, len(t) - 1)]
+        polys.append(np.array([[0.5, 0.5], [0.5 + 0.4 * np.cos(t[k]),
+                                            0.5 + 0.4 * np.sin(t[k])],
+                               [0.5 + 0.4 * np.cos(t1), 0.5 + 0.4 * np.sin(t1)]]))  # fmt: skip
+    for _ in range(30):
+        c, r = rng.uniform(0, 1, 2), rng.uniform(1e-5, 0.05)
+        polys.append(c + r * rng.uniform(-1, 1, (6, 2)))
+    shapes = [shapely.geometry.polygon.orient(shapely.Polygon(V).convex_hull)
+              for V in polys]  # fmt: skip
+    verts = [np.asarray(P.exterior.coords)[:-1] for P in shapes]
+    off = np.r_[0, np.cumsum([len(V) for V in verts])]
+    i, j, shared = K.overlaps(np.concatenate(verts), off, 1e-9)
+    arr = np.array(shapes, dtype=object)
+    gi, gj = shapely.STRtree(arr).query(arr, predicate="intersects")
+    keep = gj < gi
+    gi, gj = gi[keep], gj[keep]
+    ga = shapely.area(shapely.intersection(arr[gi], arr[gj]))
+    want = {(a, b): x for a, b, x in zip(gi, gj, ga) if x > 1e-9}
+    got = {(a, b): x for a, b, x in zip(i, j, shared)}
+    assert got.keys() == want.keys() and len(want) >= 10
+    for k, x in want.items():
+        assert got[k] == pytest.approx(x, rel=1e-9, abs=1e-15)
+
+
 def test_singular_systems_take_the_exact_geos_walk():
     X, y = _data(24, seed=5)
     X, y = np.vstack([X, X[:8]]), np.r_[y, y[:8]]

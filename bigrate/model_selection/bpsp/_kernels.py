@@ -1351,6 +1351,17 @@ def _strip_x(vert, a, b, ya, yb):
     return lo, hi
 
 
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _row_cells(vert, a, b, cy, x0, y0, sx, sy, g, tol):
+    """The cells (cx0, cx1) of grid row cy that the convex polygon vert[a:b] (or the
+    segment of its two vertices) meets within ``tol``; cx0 > cx1 where none."""
+    ya, yb = _strip(cy, y0, sy, g, tol)
+    lo, hi = _strip_x(vert, a, b, ya, yb)
+    if lo > hi:
+        return 1, 0
+    return _cell_range(lo - tol, hi + tol, x0, sx, g)
+
+
 @njit(cache=True, nogil=True, internal=True)
 def _bucket(vert, off, bb, x0, y0, sx, sy, g, tol):
     """The polygons listed by the grid cells they meet, row by row (a long thin
@@ -1367,11 +1378,9 @@ def _bucket(vert, off, bb, x0, y0, sx, sy, g, tol):
         for r in range(bb.shape[0]):
             cy0, cy1 = _cell_range(bb[r, 2] - tol, bb[r, 3] + tol, y0, sy, g)
             for cy in range(cy0, cy1 + 1):
-                ya, yb = _strip(cy, y0, sy, g, tol)
-                lo, hi = _strip_x(vert, off[r], off[r + 1], ya, yb)
-                if lo > hi:
-                    continue
-                cx0, cx1 = _cell_range(lo - tol, hi + tol, x0, sx, g)
+                cx0, cx1 = _row_cells(
+                    vert, off[r], off[r + 1], cy, x0, y0, sx, sy, g, tol
+                )
                 for cx in range(cx0, cx1 + 1):
                     c = cy * g + cx
                     if _pass == 0:
@@ -1465,11 +1474,7 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
             seg[1, 0], seg[1, 1] = ox + th * dx, oy + th * dy
             wx0, wx1, wy0, wy1, cy0, cy1 = _window(seg, y0, sy, g, tol)
             for cy in range(cy0, cy1 + 1):
-                ya, yb = _strip(cy, y0, sy, g, tol)
-                lo, hi = _strip_x(seg, 0, 2, ya, yb)
-                if lo > hi:
-                    continue
-                cx0, cx1 = _cell_range(lo - tol, hi + tol, x0, sx, g)
+                cx0, cx1 = _row_cells(seg, 0, 2, cy, x0, y0, sx, sy, g, tol)
                 for cx in range(cx0, cx1 + 1):
                     c = cy * g + cx
                     for q in range(count[c], count[c + 1]):
@@ -1525,11 +1530,7 @@ def _reach(vert, off, bb, sgn, count, members, r, px, py, rdx, rdy, x0, y0, x1, 
     seg[0, 0], seg[0, 1], seg[1, 0], seg[1, 1] = px, py, px + rdx, py + rdy
     wx0, wx1, wy0, wy1, cy0, cy1 = _window(seg, y0, sy, g, 0.0)
     for cy in range(cy0, cy1 + 1):
-        ya, yb = _strip(cy, y0, sy, g, 0.0)
-        lo, hi = _strip_x(seg, 0, 2, ya, yb)
-        if lo > hi:
-            continue
-        cx0, cx1 = _cell_range(lo, hi, x0, sx, g)
+        cx0, cx1 = _row_cells(seg, 0, 2, cy, x0, y0, sx, sy, g, 0.0)
         for cx in range(cx0, cx1 + 1):
             c = cy * g + cx
             for q in range(count[c], count[c + 1]):
@@ -1542,6 +1543,57 @@ def _reach(vert, off, bb, sgn, count, members, r, px, py, rdx, rdy, x0, y0, x1, 
                 if t0 < t1:
                     tmin = t0
     return max(tmin, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def overlaps(vert, off, area_tol):
+    """The pairs (i, j), j < i, of the counter-clockwise convex polygons
+    vert[off[r]:off[r + 1]] that share more than ``area_tol`` of area, and that
+    area: candidates are the polygons bucketed (row by row) into a cell the other
+    meets, whose boxes overlap. Hill-valley's (C+, C-) triangle, fold 2: 7,770
+    regions in 895,029 pairs that touch (up to 1,362 through one point), 21 that
+    overlap; GEOS's tree query and intersections of every touching pair took 17 s.
+    Returns (i, j, area)."""
+    n = off.shape[0] - 1
+    oi, oj, oa = np.empty(16, np.int64), np.empty(16, np.int64), np.empty(16)
+    m = 0
+    if n < 2:
+        return oi[:0], oj[:0], oa[:0]
+    bb, _ = _boxes(vert, off)
+    x0, x1 = bb[:, 0].min(), bb[:, 1].max()
+    y0, y1 = bb[:, 2].min(), bb[:, 3].max()
+    g = min(max(int(np.sqrt(n)), 1), 512)
+    sx = (x1 - x0) / g if x1 > x0 else 1.0
+    sy = (y1 - y0) / g if y1 > y0 else 1.0
+    count, members = _bucket(vert, off, bb, x0, y0, sx, sy, g, 0.0)
+    stamp = np.full(n, -1, np.int64)
+    for i in range(n):
+        a, b = off[i], off[i + 1]
+        cy0, cy1 = _cell_range(bb[i, 2], bb[i, 3], y0, sy, g)
+        for cy in range(cy0, cy1 + 1):
+            cx0, cx1 = _row_cells(vert, a, b, cy, x0, y0, sx, sy, g, 0.0)
+            for cx in range(cx0, cx1 + 1):
+                c = cy * g + cx
+                for q in range(count[c], count[c + 1]):
+                    o = members[q]
+                    if o >= i or stamp[o] == i:
+                        continue
+                    stamp[o] = i
+                    w = min(bb[i, 1], bb[o, 1]) - max(bb[i, 0], bb[o, 0])
+                    h = min(bb[i, 3], bb[o, 3]) - max(bb[i, 2], bb[o, 2])
+                    if w <= 0.0 or h <= 0.0 or w * h <= area_tol:
+                        continue
+                    inter = _intersect(vert[a:b], vert[off[o] : off[o + 1]])
+                    if inter.shape[0] < 3:
+                        continue
+                    shared = area(inter)
+                    if shared > area_tol:
+                        if m == oi.shape[0]:
+                            oi, oj = _grow1(oi, 2 * m), _grow1(oj, 2 * m)
+                            oa = _grow1(oa, 2 * m)
+                        oi[m], oj[m], oa[m] = i, o, shared
+                        m += 1
+    return oi[:m].copy(), oj[:m].copy(), oa[:m].copy()
 
 
 # ------------------------------------------------------------------ invariant cells

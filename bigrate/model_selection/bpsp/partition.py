@@ -638,7 +638,7 @@ class Partitioner:
         slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
         if covered > total + slack:  # overlapping regions: the earlier keeps it
             regions = self._regions(walked)
-            self._give_up_overlaps(regions)
+            self._give_up_overlaps(regions, (walked.vert, walked.off))
             regions = [r for r in regions if r.polygon.area > self.area_tol]
             d.regions = len(regions)
             return regions
@@ -991,16 +991,21 @@ class Partitioner:
         shapely.prepare(inside)
         return inside
 
-    def _give_up_overlaps(self, regions):
+    def _give_up_overlaps(self, regions, arrays=None):
         """Each region gives up what it shares (more than area_tol) with earlier
-        regions; the overlapping pairs are found in one vectorised tree query."""
-        polys = np.array([r.polygon for r in regions], dtype=object)
-        i, j = shapely.STRtree(polys).query(polys, predicate="intersects")
-        keep = j < i
-        i, j = i[keep], j[keep]
-        shared = shapely.area(shapely.intersection(polys[i], polys[j]))
-        hit = shared > self.area_tol
-        i, j = i[hit], j[hit]
+        regions. The overlapping pairs: from the regions' counter-clockwise convex
+        polygons as (vertices, offsets) ``arrays`` in compiled code
+        (:func:`_kernels.overlaps`), else in one vectorised GEOS tree query."""
+        if arrays is not None:
+            i, j, _ = _k.overlaps(*arrays, self.area_tol)
+        else:
+            polys = np.array([r.polygon for r in regions], dtype=object)
+            i, j = shapely.STRtree(polys).query(polys, predicate="intersects")
+            keep = j < i
+            i, j = i[keep], j[keep]
+            shared = shapely.area(shapely.intersection(polys[i], polys[j]))
+            hit = shared > self.area_tol
+            i, j = i[hit], j[hit]
         for k in np.unique(i):  # increasing: earlier regions are final when used
             taken = overlay(
                 shapely.union_all,
