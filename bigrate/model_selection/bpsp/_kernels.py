@@ -1291,11 +1291,21 @@ def _grow3(a, cap):
 # ------------------------------------------------------------------ gaps from edges
 @njit(cache=True, nogil=True, internal=True)
 def _boxes(vert, off):
-    """Each polygon's bounding box (x0, x1, y0, y1) and orientation (+1: ccw)."""
+    """Each polygon's bounding box (x0, x1, y0, y1) and orientation (+1: ccw), shared
+    by the searches over polygons bucketed on a grid."""
     n = off.shape[0] - 1
     bb, sgn = np.empty((n, 4)), np.empty(n)
     for r in range(n):
         a, b = off[r], off[r + 1]
+        if b <= a:  # no vertices: an empty box
+            bb[r, 0], bb[r, 1], bb[r, 2], bb[r, 3], sgn[r] = (
+                np.inf,
+                -np.inf,
+                np.inf,
+                -np.inf,
+                1.0,
+            )
+            continue
         bx0 = bx1 = vert[a, 0]
         by0 = by1 = vert[a, 1]
         twice = 0.0
@@ -1626,25 +1636,16 @@ def cover_points(px, py, vert, off, hit):
     for i in range(m):
         order[fill[where[i]]] = i
         fill[where[i]] += 1
+    bb, sgn = _boxes(vert, off)  # boxes and orientations
     for r in range(off.shape[0] - 1):
         a, b = off[r], off[r + 1]
         if b - a < 3:
             continue
-        bx0, bx1 = vert[a, 0], vert[a, 0]
-        by0, by1 = vert[a, 1], vert[a, 1]
-        twice = 0.0  # twice the signed area: the orientation
-        for k in range(a, b):
-            k1 = k + 1 if k + 1 < b else a
-            bx0, bx1 = min(bx0, vert[k, 0]), max(bx1, vert[k, 0])
-            by0, by1 = min(by0, vert[k, 1]), max(by1, vert[k, 1])
-            twice += vert[k, 0] * vert[k1, 1] - vert[k1, 0] * vert[k, 1]
+        bx0, bx1, by0, by1, sign = bb[r, 0], bb[r, 1], bb[r, 2], bb[r, 3], sgn[r]
         if bx1 < x0 or bx0 > x1 or by1 < y0 or by0 > y1:
             continue
-        sign = 1.0 if twice >= 0.0 else -1.0
-        cx0 = min(max(int((bx0 - x0) / sx), 0), g - 1)
-        cx1 = min(max(int((bx1 - x0) / sx), 0), g - 1)
-        cy0 = min(max(int((by0 - y0) / sy), 0), g - 1)
-        cy1 = min(max(int((by1 - y0) / sy), 0), g - 1)
+        cx0, cx1 = _cell_range(bx0, bx1, x0, sx, g)
+        cy0, cy1 = _cell_range(by0, by1, y0, sy, g)
         for cy in range(cy0, cy1 + 1):
             for cx in range(cx0, cx1 + 1):
                 c = cy * g + cx
