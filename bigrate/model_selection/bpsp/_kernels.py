@@ -686,9 +686,10 @@ def _seen_add(table, store, count, st, slot, h):
 # from scratch, explicit (1: its inverse; 0: a rank-one term on its parent's), the
 # ring positions of its anchor (the explicit inverse its terms sit on) and of its
 # parent, the count of terms since the anchor, the term's coefficient, the count k
-# of the term's nonzeros; then M, the inverse (mb * mb) or the term's w as k indices
-# over (b', rows), ascending, and their k values (w is nonzero on the margin rows of
-# the parent or the child only: ~17 of 361 floats at breast cancer 450's triangle),
+# of the term's nonzeros; then M, the inverse (its upper triangle: :func:`_packed`)
+# or the term's w as k indices over (b', rows), ascending, and their k values (w is
+# nonzero on the margin rows of the parent or the child only: ~17 of 361 floats at
+# breast cancer 450's triangle),
 # alpha on M (the rest is the box on E and 0 on R: :func:`_parent_alpha`), b', g~
 # and h
 _HEAD = 8
@@ -709,7 +710,7 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
         for k in range(w.shape[0]):
             if w[k] != 0.0:
                 nz += 1
-    body = mb * mb if explicit else 2 * nz
+    body = _packed(mb) if explicit else 2 * nz
     size = _HEAD + (mb - 1) + body + 3 * (mb - 1) + 3 * n + 3 + 3 * nv
     P = pool.shape[0]
     if size > P or (explicit and B.shape[0] != mb) or (not explicit and parent < 0):
@@ -736,10 +737,13 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     for k in range(mb - 1):
         pool[s + k] = M[k]
     s += mb - 1
-    if explicit:  # row by row in C order, as ravel() would (loops: see bigrate._jit)
+    if explicit:  # symmetric: its upper triangle, row by row (see _packed)
+        p = s
         for i in range(mb):
-            for j in range(mb):
-                pool[s + i * mb + j] = B[i, j]
+            pool[p] = B[i, i]
+            for j in range(i + 1, mb):
+                pool[p + j - i] = 0.5 * (B[i, j] + B[j, i])
+            p += mb - i
     else:
         i = 0
         for k in range(w.shape[0]):
@@ -782,7 +786,7 @@ def _pool_system(pool, v, n, nv):
     s = v % pool.shape[0]
     mb = int(pool[s])
     depth, chain, anchor = int(pool[s + 1]), int(pool[s + 5]), int(pool[s + 3])
-    body = mb * mb if pool[s + 2] == 1.0 else 2 * int(pool[s + 7])
+    body = _packed(mb) if pool[s + 2] == 1.0 else 2 * int(pool[s + 7])
     s += _HEAD
     M = pool[s : s + mb - 1].astype(np.int64)
     s += mb - 1 + body
@@ -819,16 +823,52 @@ def _chain(pool, v):
     return u % P, offs, lens, coefs
 
 
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _packed(m):
+    """Floats of a symmetric m x m matrix kept as its upper triangle, row by row
+    (row i: its entries i..m-1, from ``_row_at(i, m)``): an anchor's bordered
+    inverse, whose reads were most of an update's memory traffic (the whole of it
+    for a row joining M, an entry written a frontier of regions before)."""
+    return m * (m + 1) // 2
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _row_at(i, m):
+    """Where row i of a packed upper triangle (:func:`_packed`) starts."""
+    return i * m - i * (i - 1) // 2
+
+
 @njit(cache=True, nogil=True, internal=True)
 def _anchor_rows(pool, sa):
-    """The anchor's (b', rows) as indices 0 and 1 + i, and its inverse (a view)."""
+    """The anchor's (b', rows) as indices 0 and 1 + i, and its inverse (a view of
+    its packed upper triangle: :func:`_packed`)."""
     mba = int(pool[sa])
     ia = np.empty(mba, np.int64)
     ia[0] = 0
     for k in range(mba - 1):
         ia[k + 1] = 1 + int(pool[sa + _HEAD + k])
     s = sa + _HEAD + mba - 1
-    return ia, pool[s : s + mba * mba].reshape((mba, mba))
+    return ia, pool[s : s + _packed(mba)]
+
+
+@njit(cache=True, nogil=True, internal=True, fastmath={"reassoc", "contract"})
+def _symv(A, x):
+    """A x, A symmetric as its packed upper triangle (:func:`_packed`): each stored
+    entry read once, for its row's sum and its column's (reassociated so the sums
+    vectorise)."""
+    m = x.shape[0]
+    out = np.zeros(m)
+    p = 0
+    for i in range(m):
+        xi = x[i]
+        acc = A[p] * xi
+        for j in range(i + 1, m):
+            b = A[p + j - i]
+            acc += b * x[j]
+            out[j] += b * xi
+        out[i] += acc
+        p += m - i
+    return out
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -841,7 +881,7 @@ def _product(pool, sa, offs, lens, coefs, au):
     aa = np.empty(ia.shape[0])
     for j in range(ia.shape[0]):
         aa[j] = au[ia[j]]
-    Aa = A @ aa
+    Aa = _symv(A, aa)
     out = np.zeros(n1)
     for i in range(ia.shape[0]):
         out[ia[i]] = Aa[i]
@@ -861,11 +901,15 @@ def _column(pool, sa, offs, lens, coefs, ur, n1):
     """Column ``ur`` of the chain's inverse over (b', rows): right on the entry's
     margin rows."""
     ia, A = _anchor_rows(pool, sa)
+    m = ia.shape[0]
     out = np.zeros(n1)
-    for j in range(ia.shape[0]):
-        if ia[j] == ur:
-            for i in range(ia.shape[0]):
-                out[ia[i]] = A[i, j]
+    for j in range(m):
+        if ia[j] == ur:  # column j is row j: above the diagonal, then along row j
+            for i in range(j):
+                out[ia[i]] = A[_row_at(i, m) + j - i]
+            p = _row_at(j, m)
+            for i in range(j, m):
+                out[ia[i]] = A[p + i - j]
     for t in range(offs.shape[0]):
         o, k = offs[t], lens[t]
         wr = 0.0
@@ -896,6 +940,7 @@ def explicit_inverse(pool, v, M, w, coef):
     pa = np.full(n1, -1, np.int64)
     for k in range(ia.shape[0]):
         pa[ia[k]] = k
+    ma = ia.shape[0]
     B = np.zeros((mb, mb))
     for i in range(mb):
         ai = pa[idx[i]]
@@ -903,7 +948,8 @@ def explicit_inverse(pool, v, M, w, coef):
             for j in range(mb):
                 aj = pa[idx[j]]
                 if aj >= 0:
-                    B[i, j] = A[ai, aj]
+                    lo, hi = min(ai, aj), max(ai, aj)
+                    B[i, j] = A[_row_at(lo, ma) + hi - lo]
     c = offs.shape[0] + 1
     W = np.empty((mb, c))
     Wc = np.empty((c, mb))

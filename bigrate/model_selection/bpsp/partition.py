@@ -310,7 +310,8 @@ class Partitioner:
         self.pool_max_floats = 1 << 27
         # an updated region's entry is its rank-one term on its parent's inverse (n +
         # 1 floats: :func:`_kernels.update`) and its solution (~6n floats), with the
-        # inverse ((n_M + 1)^2 floats) written out every chain_max + 1 generations.
+        # inverse ((n_M + 1)(n_M + 2) / 2 floats: its upper triangle; (n_M + 1)^2
+        # before) written out every chain_max + 1 generations.
         # Spambase's 450 CV rows, fold 0's rectangle (n_M ~ 90, 100,636 regions): an
         # inverse every region, a ring grown to 512 MB and 7.0 s of walk; every 5th
         # (4), 128 MB and 5.4-5.8 s; every 17th, 512 MB again: a breadth-first walk
@@ -668,8 +669,11 @@ class Partitioner:
     #: the share of the moves since the ring last grew whose parent's system was
     #: overwritten beyond which the ring grows. 1%: spambase 600's rectangle folds
     #: 0-2, one core: misses 1,988 / 2,042 / 2,306 -> 958 / 1,514 / 1,604 and walks
-    #: 3-5% faster than at 2% (the ring grows sooner, to the same 512 MB)
-    POOL_MISS_SHARE = 0.01
+    #: 3-5% faster than at 2% (the ring grows sooner, to the same 512 MB). 0.2% since
+    #: the anchors' inverses are kept as triangles: smaller entries lost parents at
+    #: a rate under 1% for longer in a ring of 128 MB (fold 0: 958 -> 2,011 misses
+    #: at 1%, 682 at 0.2%, each a solve from scratch, ~1 ms at n_M ~ 180)
+    POOL_MISS_SHARE = 0.002
     #: a call of the walk stops at this many misses since the ring last grew, for it
     #: to grow then: judged only after a call of CHUNK regions, a ring too small for
     #: the walk's later, larger systems lost 1,893 parents in 5,050 moves (spambase
