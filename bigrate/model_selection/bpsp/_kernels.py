@@ -511,10 +511,16 @@ def clip(V, lab, ineq, tol):
     Y = np.empty((cap, 2))
     N = np.empty(cap, np.int64)
     d = np.empty(cap)
+    x0, y0, x1, y1 = _box_of(X, k)
     for j in range(ineq.shape[0]):
         a, b = ineq[j, 0], ineq[j, 1]
         # |(a, b)| by sqrt: no overflow at these magnitudes, 3x cheaper than hypot
         c = ineq[j, 2] + tol * np.sqrt(a * a + b * b) if tol > 0 else ineq[j, 2]
+        # the polygon's box inside the half-plane: so is every vertex (products and
+        # sums round monotonically, so no vertex's d below can be > 0), and most of a
+        # region's inequalities pass here without a look at its vertices
+        if (a * x1 if a > 0 else a * x0) + (b * y1 if b > 0 else b * y0) - c <= 0:
+            continue
         if Y.shape[0] < 2 * k + 2:
             # a cut adds one vertex to a convex polygon, but rounding on nearly
             # collinear vertices can make it cross the line more often: at most one
@@ -558,7 +564,18 @@ def clip(V, lab, ineq, tol):
         X, Y = Y, X
         L, N = N, L
         k = m
+        x0, y0, x1, y1 = _box_of(X, k)
     return X[:k].copy(), L[:k].copy()
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _box_of(X, k):
+    """The box (x0, y0, x1, y1) of the first k vertices of X."""
+    x0, y0, x1, y1 = np.inf, np.inf, -np.inf, -np.inf
+    for i in range(k):
+        x0, x1 = min(x0, X[i, 0]), max(x1, X[i, 0])
+        y0, y1 = min(y0, X[i, 1]), max(y1, X[i, 1])
+    return x0, y0, x1, y1
 
 
 @njit(cache=True, nogil=True)
