@@ -127,7 +127,7 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
     from threadpoolctl import threadpool_limits
 
     from bigrate.engines.local import LocalEngine
-    from bigrate.model_selection.bpsp.search import fold_cells
+    from bigrate.model_selection.bpsp.search import fold_cells, release_rings
     from bigrate.progress import Progress
 
     est = job_estimator(spec, params)
@@ -149,24 +149,29 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
     runner = eng
     if eng.name == "local":
         runner = LocalEngine(threads=spec.workers or os.cpu_count() or 1)
+    # the local engine's threads keep their rings' memory from task to task
+    plan.base["reuse_rings"] = runner.name == "local"
     with threadpool_limits(1, user_api="blas"):
         handle = eng.put(plan.data) if todo else None
         args = [plan.task_args(handle, j) for j in todo]
-        for i, res in runner.map(fold_cells, args, what="BPSP tasks"):
-            j = todo[i]
-            key = plan.tasks[j]
-            if isinstance(res, Exception):
-                raise RuntimeError(
-                    f"BPSP task {plan.describe(j)} failed: {res}"
-                ) from None
-            _save_task(run, key, res)
-            results[key] = res
-            g, sp, k = key
-            run.event("task_done", gamma=plan.gammas[g], space=sp, fold=k,
-                      seconds=res["diagnostics"].get("seconds"))  # fmt: skip
-            bar.update(1)
-            if after_task is not None:
-                after_task()
+        try:
+            for i, res in runner.map(fold_cells, args, what="BPSP tasks"):
+                j = todo[i]
+                key = plan.tasks[j]
+                if isinstance(res, Exception):
+                    raise RuntimeError(
+                        f"BPSP task {plan.describe(j)} failed: {res}"
+                    ) from None
+                _save_task(run, key, res)
+                results[key] = res
+                g, sp, k = key
+                run.event("task_done", gamma=plan.gammas[g], space=sp, fold=k,
+                          seconds=res["diagnostics"].get("seconds"))  # fmt: skip
+                bar.update(1)
+                if after_task is not None:
+                    after_task()
+        finally:
+            release_rings()  # one thread: the tasks ran on this one
     bar.close()
     t = time.perf_counter()
     est.set_params(run_dir=str(run.path))  # the partition and its map, saved

@@ -167,6 +167,54 @@ def test_threads_give_one_threads_partition_bit_for_bit():
         BPSPSearchCV(n_workers=0, **kw).fit(X, y)
 
 
+def test_rings_kept_from_one_partition_to_the_next_change_nothing():
+    """A partition whose rings come from buffers kept from the one before (Rings)
+    makes the same cells and walk, bit for bit, without new memory the second time;
+    a fit drops the buffers its thread kept."""
+    from bigrate.model_selection.bpsp import search
+    from bigrate.model_selection.bpsp.partition import Rings
+
+    rings = Rings()
+    assert rings.take(10).shape == (10,) and not rings.free
+    small, big = np.empty(8), np.empty(40)
+    rings.give(big[:30])  # a view: its buffer is kept
+    rings.give(small)
+    rings.give(small)  # once only
+    assert [len(b) for b in rings.free] == [8, 40]
+    got = rings.take(9)  # the smallest buffer that holds 9
+    assert np.shares_memory(got, big) and len(got) == 9
+    assert [len(b) for b in rings.free] == [8]
+    X, y = _data(100, seed=11)
+    Kv = cross_kernel(_data(40, seed=12)[0], X, "rbf", 0.5, 0.0, 3)
+    kept = Rings()
+    runs, free = [], []
+    for r in (None, kept, kept):
+        part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+        # a ring that grows, through no more sizes than Rings keeps (4 by default:
+        # 32 MB to 1 GiB)
+        part.pool_floats, part.pool_max_floats = 4096, 4096 * 16
+        part.CHUNK, part.rings = 500, r
+        runs.append((part.run_cells(Kv, _data(40, seed=12)[1]), part.diag))
+        free.append([id(b) for b in kept.free])
+    (want, d_want), *again = runs
+    assert d_want.pool_mb > 4096 * 8 / 2**20  # it grew
+    for cells, d in again:
+        for key in ("vert", "off", "fn", "fp"):
+            assert np.array_equal(cells[key], want[key])
+        assert (d.regions, d.updated_systems, d.pool_misses, d.pool_mb) == (
+            d_want.regions,
+            d_want.updated_systems,
+            d_want.pool_misses,
+            d_want.pool_mb,
+        )
+    assert len(free[1]) >= 2 and sorted(free[2]) == sorted(free[1])
+    # a fit on one thread runs its tasks on this one, and drops what it kept
+    Xs, ys = _data(30, seed=5)
+    BPSPSearchCV(gamma=0.5, cv=2, n_workers=1, lambda_min=0.1, progress=False,
+                 spaces=["lambda_eta"]).fit(Xs, ys)  # fmt: skip
+    assert "rings" not in search._RINGS.__dict__
+
+
 def test_the_walks_ring_grows_and_keeps_its_entries():
     """The ring of parents' systems grows where the walk's moves find their parent's
     system overwritten: its live entries move with it and overwritten ones stay out

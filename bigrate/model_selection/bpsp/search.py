@@ -8,6 +8,7 @@ asked for (:meth:`BPSPSearchCV.cv_error_map`, ``run_dir``, ``plot``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections import deque
@@ -36,6 +37,7 @@ from bigrate.model_selection.bpsp.partition import (
     SPACES,
     Diagnostics,
     Partitioner,
+    Rings,
     merge_duplicates,
 )
 
@@ -113,10 +115,24 @@ class LongestFirst:
         self.took[key].append(self.clock() - t0)
 
 
+# the walk's ring buffers each thread of this process keeps from task to task, where
+# a task's params ask for it (``reuse_rings``: the local engine's threads, within a
+# fit or a job, which drop them at their end: :func:`release_rings`)
+_RINGS = threading.local()
+
+
+def release_rings():
+    """Drop the ring buffers this thread kept (:class:`Rings`); a thread's own go
+    with it when it ends."""
+    _RINGS.__dict__.pop("rings", None)
+
+
 def fold_cells(data, train, test, params):
     """One task of the search: the partition on the training rows and its invariant
     cells on the test rows, as arrays (plain data: ``vert``, ``off``, ``fn``, ``fp``
-    and ``diagnostics``)."""
+    and ``diagnostics``). ``params["reuse_rings"]``: its walk's rings are the
+    buffers this thread kept from its last task (:class:`Rings`), kept for its
+    next."""
     # one BLAS thread: the solves here are of n_M ~ 100 rows, where OpenBLAS's
     # threads cost more in hand-offs than they gain, and the engine runs one task
     # per core (more threads would fight over them)
@@ -136,6 +152,8 @@ def _fold_cells(data, train, test, params):
         lambda_min=params["lambda_min"], max_regions=params["max_regions"],
         method=params["method"], space=params["space"], weight=weight,
     )  # fmt: skip
+    if params.get("reuse_rings"):
+        part.rings = _RINGS.__dict__.setdefault("rings", Rings())
     from bigrate.kernel.smo import cross_kernel
 
     Kv = cross_kernel(X[test], Xt, params["kernel"], params["gamma"],
@@ -361,13 +379,18 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
             # one BLAS thread in this process too (what each task sets for itself):
             # the local engine's threads would otherwise undo each other's limit
             handle = eng.put(plan.data)
-            for j, res in self._run_tasks(eng, plan, handle):
-                if isinstance(res, Exception):
-                    raise RuntimeError(
-                        f"BPSP task {plan.describe(j)} failed: {res}"
-                    ) from res
-                results[plan.tasks[j]] = res
-                bar.update(1)
+            # threads of this process keep their rings' memory from task to task
+            plan.base["reuse_rings"] = eng.name == "local"
+            try:
+                for j, res in self._run_tasks(eng, plan, handle):
+                    if isinstance(res, Exception):
+                        raise RuntimeError(
+                            f"BPSP task {plan.describe(j)} failed: {res}"
+                        ) from res
+                    results[plan.tasks[j]] = res
+                    bar.update(1)
+            finally:
+                release_rings()  # one thread: the tasks ran on this one
         bar.close()
         return self.assemble(plan, results)
 
