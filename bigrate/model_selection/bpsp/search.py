@@ -243,8 +243,11 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         holds its partition (a byte per training row), its polygon and its invariant
         cells (~0.2 KB). Each task also keeps its walk's ring of recent
         regions' systems: 32 MB, grown 4x at a time up to 1 GiB where the walk finds
-        its parents' systems overwritten (128 MB on spambase's 450 CV rows), so with
-        the local engine's threads a fit can hold up to 1 GiB per thread.
+        its parents' systems overwritten (128 MB on spambase's 450 CV rows, 512 MB
+        on its 600). The local engine's threads keep the rings' buffers from task to
+        task until the fit ends (new memory is zeroed page by page), so a fit can
+        hold up to 1.7 GiB per thread where a ring reaches 1 GiB (the buffers of
+        each size it grew through).
     run_dir : path or None
         Where the partition is saved (``bpsp_partition.json``, GeoJSON-like, and the
         CV-error map ``bpsp_cv_error.png``).
