@@ -377,28 +377,29 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     if target >= 0.0:  # the row is at its bound exactly
         for t in range(3):
             alpha[row, t] = target * box[row, t]
-    gt = gt_p.copy()
+    # g~ moved, and the update's own residual: g~ of the rows in M at r, y^T alpha
+    # at 0 (g~ and alpha move together, so this is the residual of the bordered
+    # system; updates of an inverse lose accuracy down a chain of them, by up to 1e4x
+    # a step on ill-conditioned systems), each in one pass over the rows
+    gt = np.empty((n, 3))
+    big = 1.0
     for i in range(n):
         for t in range(3):
-            gt[i, t] += u[i] * ell[t]
-    # the update's own residual: g~ of the rows in M at r, y^T alpha at 0 (g~ and
-    # alpha move together, so this is the residual of the bordered system; updates of
-    # an inverse lose accuracy down a chain of them, by up to 1e4x a step on
-    # ill-conditioned systems)
-    res, big = 0.0, 1.0
-    for i in range(n):
-        for t in range(3):
-            big = max(big, abs(gt[i, t]))
+            g = gt_p[i, t] + u[i] * ell[t]
+            gt[i, t] = g
+            big = max(big, abs(g))
+    res = 0.0
     for k in range(M.shape[0]):
         j = M[k]
         for t in range(3):
             res = max(res, abs(gt[j, t] - rcoef[t]))
-    for t in range(3):
-        ya = 0.0
-        for i in range(n):
-            if state[i] != R_SET:
-                ya += y[i] * alpha[i, t]
-        res = max(res, abs(ya))
+    ya0 = ya1 = ya2 = 0.0
+    for i in range(n):
+        if state[i] != R_SET:
+            ya0 += y[i] * alpha[i, 0]
+            ya1 += y[i] * alpha[i, 1]
+            ya2 += y[i] * alpha[i, 2]
+    res = max(res, abs(ya0), abs(ya1), abs(ya2))
     if res > UPDATE_RESIDUAL * big:
         return False, alpha, bprime, gt, h_p, np.zeros((0, 5))
     hv = np.full(nv, d[0])
@@ -958,15 +959,23 @@ def explicit_inverse(pool, v, M, w, coef):
     for k in range(ia.shape[0]):
         pa[ia[k]] = k
     ma = ia.shape[0]
+    # the anchor's entries, row by row of its triangle: the rows both share keep
+    # their order down a chain (a row joins M last), so for j > i the anchor's row
+    # ai holds (ai, aj) at ai's row start + aj - ai, read in order, and the entry is
+    # mirrored (a gather of both halves by min and max was 8% of a walk at n_M ~ 180)
     B = np.zeros((mb, mb))
     for i in range(mb):
         ai = pa[idx[i]]
-        if ai >= 0:
-            for j in range(mb):
-                aj = pa[idx[j]]
-                if aj >= 0:
-                    lo, hi = min(ai, aj), max(ai, aj)
-                    B[i, j] = A[_row_at(lo, ma) + hi - lo]
+        if ai < 0:
+            continue
+        base = _row_at(ai, ma) - ai
+        B[i, i] = A[base + ai]
+        for j in range(i + 1, mb):
+            aj = pa[idx[j]]
+            if aj > ai:
+                B[i, j] = B[j, i] = A[base + aj]
+            elif aj >= 0:  # out of order: not from a walk's chain, but right anyway
+                B[i, j] = B[j, i] = A[_row_at(aj, ma) + ai - aj]
     c = offs.shape[0] + 1
     W = np.empty((mb, c))
     Wc = np.empty((c, mb))
