@@ -1304,10 +1304,10 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
     nvtx, tvtx = r_off[nreg], t_off[nthin]
-    cv, co, _, cfn, cfp = _cells_done(cout)
+    cv, co, creg, cfn, cfp = _cells_done(cout)
     return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
             dst, n_drop, r_state[:nreg].copy(), r_vert[:nvtx].copy(), r_off[: nreg + 1].copy(),
-            r_area[:nreg].copy(), r_h[:nreg].copy(), cv, co, cfn, cfp,
+            r_area[:nreg].copy(), r_h[:nreg].copy(), cv, co, cfn, cfp, creg,
             t_state[:nthin].copy(), t_vert[:tvtx].copy(), t_off[: nthin + 1].copy())  # fmt: skip
 
 

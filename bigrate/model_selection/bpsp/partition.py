@@ -200,6 +200,13 @@ class Walked:
     areas: np.ndarray
     H: np.ndarray
     cells: dict
+    # each cell's region
+    cell_region: np.ndarray
+    # where regions overlapped (a degenerate partition): the regions with the later
+    # of each pair giving up the overlap (:meth:`Partitioner._give_up_overlaps`),
+    # and those that gave one up (their cells are made anew)
+    regions: list | None = None
+    changed: np.ndarray | None = None
 
 
 @dataclass
@@ -426,10 +433,18 @@ class Partitioner:
             walked = self._run_compiled(progress)
             if walked is None:
                 return self._run_neighbours(progress)
-            if isinstance(walked, list):
-                return walked
+            if walked.regions is not None:
+                return self._kept(walked)
             return self._regions(walked)
         return self._run_theorem2(progress)
+
+    def _kept(self, walked):
+        """The regions of a walk whose regions overlapped, but those left with no
+        more than area_tol after giving up their overlaps."""
+        gave = np.zeros(len(walked.regions), np.bool_)
+        gave[walked.changed] = True
+        return [r for r, g in zip(walked.regions, gave, strict=True)
+                if not g or r.polygon.area > self.area_tol]  # fmt: skip
 
     def run_cells(self, Kv, y_val, progress=None):
         """The partition refined by the sign pattern on validation rows (``Kv``: their
@@ -445,13 +460,36 @@ class Partitioner:
             if self.method == "neighbours"
             else None
         )
-        if isinstance(walked, Walked):  # its cells made as its regions were found
-            return walked.cells
+        if walked is not None and walked.regions is None:
+            return walked.cells  # made as its regions were found
         if walked is None:
             regions = (self._run_neighbours(progress)
                        if self.method == "neighbours" else self.run(progress))  # fmt: skip
-        else:
-            regions = walked
+            return self._cells_of(regions, Kv, y_val)
+        # overlapping regions: the walk's cells of the regions that gave up nothing,
+        # and those of the others made anew (solving their systems again for all the
+        # regions, and a GEOS polygon of each, doubled a hill-valley fold's time)
+        gave = np.zeros(len(walked.regions), np.bool_)
+        gave[walked.changed] = True
+        mine = ~gave[walked.cell_region]
+        old = walked.cells
+        sizes = np.diff(old["off"])[mine]
+        v_keep = np.repeat(mine, np.diff(old["off"]))
+        again = self._cells_of(
+            [r for r in (walked.regions[k] for k in walked.changed)
+             if r.polygon.area > self.area_tol],
+            Kv, y_val,
+        )  # fmt: skip
+        off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return {
+            "vert": np.concatenate([old["vert"][v_keep], again["vert"]]),
+            "off": np.concatenate([off, off[-1] + again["off"][1:]]),
+            "fn": np.concatenate([old["fn"][mine], again["fn"]]),
+            "fp": np.concatenate([old["fp"][mine], again["fp"]]),
+        }
+
+    def _cells_of(self, regions, Kv, y_val):
+        """The invariant cells of :class:`Region` objects (as :meth:`run_cells`)."""
         # regions that gave up an overlap may be non-convex: convex pieces
         vert, off, owner, H = [], [0], [], []
         for r, reg in enumerate(regions):
@@ -486,7 +524,8 @@ class Partitioner:
         only where they fall short of the domain's is the uncovered part found by a
         GEOS union and seeded by direct solves, and only where they exceed it
         (overlapping regions) do the later regions give up the overlap. Returns a
-        :class:`Walked`, a list of regions where overlaps were given up, or None where
+        :class:`Walked` (where overlaps were given up, with its regions as
+        :class:`Region` objects and those that gave one up), or None where
         a singular bordered system was met (a non-unique dual: the caller takes the
         exact walk of :meth:`_run_neighbours`, whose redundancy checks need the union
         of the regions so far)."""
@@ -586,7 +625,7 @@ class Partitioner:
                     if self.rings is not None:
                         self.rings.give(old)
                     seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
-                new, thin = out[13:22], out[22:]
+                new, thin = out[13:23], out[23:]
                 if len(thin[0]):
                     thins.append(thin)
                 if status == _k.WALK_SINGULAR:
@@ -685,11 +724,11 @@ class Partitioner:
         # that width along every edge: more than that is an overlap
         slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
         if covered > total + slack:  # overlapping regions: the earlier keeps it
-            regions = self._regions(walked)
-            self._give_up_overlaps(regions, (walked.vert, walked.off))
-            regions = [r for r in regions if r.polygon.area > self.area_tol]
-            d.regions = len(regions)
-            return regions
+            walked.regions = self._regions(walked)
+            walked.changed = self._give_up_overlaps(
+                walked.regions, (walked.vert, walked.off)
+            )
+            d.regions = len(self._kept(walked))
         return walked
 
     def _regions(self, walked):
@@ -872,14 +911,18 @@ class Partitioner:
             return Walked(np.zeros((0, 0), np.int8), np.zeros((0, 2)),
                           np.zeros(1, np.int64), np.zeros(0), np.zeros((0, n_val, 3)),
                           {"vert": np.zeros((0, 2)), "off": np.zeros(1, np.int64),
-                           "fn": np.zeros(0, np.int32), "fp": np.zeros(0, np.int32)})  # fmt: skip
+                           "fn": np.zeros(0, np.int32), "fp": np.zeros(0, np.int32)},
+                          np.zeros(0, np.int64))  # fmt: skip
         vert, off = stack_polygons([c[1] for c in chunks], [c[2] for c in chunks])
         cv, co = stack_polygons([c[5] for c in chunks], [c[6] for c in chunks])
         cells = {"vert": cv, "off": co, "fn": np.concatenate([c[7] for c in chunks]),
                  "fp": np.concatenate([c[8] for c in chunks])}  # fmt: skip
+        # each cell's region, numbered across the chunks
+        first = np.cumsum([0] + [len(c[3]) for c in chunks[:-1]])
+        owner = np.concatenate([c[9] + f for c, f in zip(chunks, first, strict=True)])
         return Walked(np.concatenate([c[0] for c in chunks]), vert, off,
                       np.concatenate([c[3] for c in chunks]),
-                      np.concatenate([c[4] for c in chunks]), cells)  # fmt: skip
+                      np.concatenate([c[4] for c in chunks]), cells, owner)  # fmt: skip
 
     def _run_neighbours(self, progress=None) -> list[Region]:
         """Each critical region once: breadth-first over partitions, from a direct
@@ -1085,6 +1128,7 @@ class Partitioner:
                 overlay(shapely.difference, regions[k].polygon, taken, diag=self.diag)
             )
             self.diag.overlaps += 1
+        return np.unique(i)
 
     def _run_theorem2(self, progress=None) -> list[Region]:
         """Algorithm 1 with Theorem 2's pieces (see the module docstring)."""
