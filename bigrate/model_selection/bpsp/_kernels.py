@@ -368,12 +368,29 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     u = np.empty(n)
     for i in range(n):
         u[i] = y[i] * d[0]
-    for k in range(rows.shape[0]):
+    nr = rows.shape[0]
+    for k in range(nr):
         j, dk = rows[k], d[k + 1]
         for t in range(3):
             alpha[j, t] += dk * ell[t]
-        for i in range(n):  # Q is symmetric: row j is column j
+    # u += d_k Q_k over the rows k in order (Q is symmetric: row j is column j),
+    # four rows a pass: each u[i] takes the same sums in the same order, loaded and
+    # stored once for four rows
+    k = 0
+    while k + 4 <= nr:
+        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
+        d0, d1, d2, d3 = d[k + 1], d[k + 2], d[k + 3], d[k + 4]
+        for i in range(n):
+            ui = u[i] + d0 * Q[j0, i]
+            ui = ui + d1 * Q[j1, i]
+            ui = ui + d2 * Q[j2, i]
+            u[i] = ui + d3 * Q[j3, i]
+        k += 4
+    while k < nr:
+        j, dk = rows[k], d[k + 1]
+        for i in range(n):
             u[i] += dk * Q[j, i]
+        k += 1
     if target >= 0.0:  # the row is at its bound exactly
         for t in range(3):
             alpha[row, t] = target * box[row, t]
