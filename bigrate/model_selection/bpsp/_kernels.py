@@ -141,14 +141,35 @@ def _gt(Q, y, state, alpha, bprime):
     # by coefficient, so the loop over rows runs over contiguous memory (vectorised:
     # 3x faster than into (n, 3)), each sum in the same order
     gT = np.zeros((3, n))
-    for j in range(n):  # Q is symmetric: row j is column j, read contiguously
+    # Q is symmetric: row j is column j, read contiguously; the rows not in R in
+    # order, four a pass (each sum's terms in the same order, gT loaded and stored
+    # once for four rows)
+    rows = np.empty(n, np.int64)
+    nr = 0
+    for j in range(n):
         if state[j] != R_SET:
-            a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
+            rows[nr] = j
+            nr += 1
+    k = 0
+    while k + 4 <= nr:
+        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
+        for t in range(3):
+            b0, b1, b2, b3 = alpha[j0, t], alpha[j1, t], alpha[j2, t], alpha[j3, t]
             for i in range(n):
-                q = Q[j, i]
-                gT[0, i] += q * a0
-                gT[1, i] += q * a1
-                gT[2, i] += q * a2
+                g = gT[t, i] + Q[j0, i] * b0
+                g = g + Q[j1, i] * b1
+                g = g + Q[j2, i] * b2
+                gT[t, i] = g + Q[j3, i] * b3
+        k += 4
+    while k < nr:
+        j = rows[k]
+        a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
+        for i in range(n):
+            q = Q[j, i]
+            gT[0, i] += q * a0
+            gT[1, i] += q * a1
+            gT[2, i] += q * a2
+        k += 1
     gt = np.empty((n, 3))
     for i in range(n):
         for t in range(3):
