@@ -1512,28 +1512,30 @@ def _bucket(vert, off, bb, x0, y0, sx, sy, g, tol):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _normals(vert, off, sgn):
-    """Each polygon edge's outward normal, as long as the edge, and that length
-    (V, 3): computed once for the many segments tested against it."""
-    nrm = np.empty((vert.shape[0], 3))
+def _edges(vert, off, sgn):
+    """Each polygon edge as (x, y) of its first vertex, its outward normal as long
+    as the edge, and that length (V, 5): computed once for the many segments tested
+    against it, in one array (each array a call takes has its references counted)."""
+    ev = np.empty((vert.shape[0], 5))
     for r in range(off.shape[0] - 1):
         a, b = off[r], off[r + 1]
         for e in range(a, b):
             e1 = e + 1 if e + 1 < b else a
             ex, ey = vert[e1, 0] - vert[e, 0], vert[e1, 1] - vert[e, 1]
             mx, my = sgn[r] * ey, -sgn[r] * ex
-            nrm[e, 0], nrm[e, 1], nrm[e, 2] = mx, my, np.hypot(mx, my)
-    return nrm
+            ev[e, 0], ev[e, 1] = vert[e, 0], vert[e, 1]
+            ev[e, 2], ev[e, 3], ev[e, 4] = mx, my, np.hypot(mx, my)
+    return ev
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _segment_in(vert, nrm, a, b, ox, oy, dx, dy, t0, t1, tol):
+def _segment_in(ev, a, b, ox, oy, dx, dy, t0, t1, tol):
     """The part [t0, t1] of the segment (ox, oy) + t (dx, dy) within ``tol`` (a
-    distance) of the convex polygon vert[a:b] (its edges' outward normals ``nrm``:
-    :func:`_normals`; Cyrus-Beck); empty where t0 >= t1."""
+    distance) of the convex polygon of edges ev[a:b] (:func:`_edges`; Cyrus-Beck);
+    empty where t0 >= t1."""
     for e in range(a, b):
-        mx, my = nrm[e, 0], nrm[e, 1]
-        f0 = (ox - vert[e, 0]) * mx + (oy - vert[e, 1]) * my - tol * nrm[e, 2]
+        mx, my = ev[e, 2], ev[e, 3]
+        f0 = (ox - ev[e, 0]) * mx + (oy - ev[e, 1]) * my - tol * ev[e, 4]
         fd = dx * mx + dy * my
         if fd == 0.0:
             if f0 > 0.0:
@@ -1565,13 +1567,15 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
     are known."""
     n = off.shape[0] - 1
     bb, sgn = _boxes(vert, off)
-    nrm = _normals(vert, off, sgn)
+    ev = _edges(vert, off, sgn)
     g = min(max(int(np.sqrt(n)), 1), 512)
     sx, sy = (x1 - x0) / g, (y1 - y0) / g
     count, members = _bucket(vert, off, bb, x0, y0, sx, sy, g, tol)
     stamp = np.full(n, -1, np.int64)  # the edge a polygon was last tested against
     seg = np.empty((2, 2))  # an edge's offset segment
-    iv = np.empty((64, 2))
+    # the covered parts of an edge's segment: one at most per polygon (an array
+    # grown in the loop over them had its references counted at every polygon)
+    iv = np.empty((max(n, 1), 2))
     pts, prod, owner = np.empty((64, 2)), np.empty(64), np.empty(64, np.int64)
     m = 0
     for r in range(start, n):
@@ -1619,11 +1623,9 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
                         if (bb[o, 0] > wx1 + tol or bb[o, 1] < wx0 - tol
                                 or bb[o, 2] > wy1 + tol or bb[o, 3] < wy0 - tol):  # fmt: skip
                             continue
-                        t0, t1 = _segment_in(vert, nrm, off[o], off[o + 1], ox, oy,
-                                             dx, dy, tl, th, tol)  # fmt: skip
+                        t0, t1 = _segment_in(ev, off[o], off[o + 1], ox, oy, dx, dy,
+                                             tl, th, tol)  # fmt: skip
                         if t0 < t1:
-                            if ni == iv.shape[0]:
-                                iv = _grow2(iv, 2 * ni)
                             iv[ni, 0], iv[ni, 1] = t0, t1
                             ni += 1
             iv[:ni] = iv[:ni][np.argsort(iv[:ni, 0])]
@@ -1637,7 +1639,7 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
                         pts, prod = _grow2(pts, 2 * m), _grow1(prod, 2 * m)
                         owner = _grow1(owner, 2 * m)
                     stretch = (s - cur) * L
-                    reach = stretch * _reach(vert, off, bb, nrm, count, members, r, px,
+                    reach = stretch * _reach(ev, off, bb, count, members, r, px,
                                              py, stretch * nx, stretch * ny, x0, y0, x1,
                                              y1, sx, sy, g)  # fmt: skip
                     # half way across: as far from the edge as the gap lets a seed be
@@ -1652,7 +1654,7 @@ def edge_gaps(vert, off, x0, y0, x1, y1, eps, min_len, tol, start):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _reach(vert, off, bb, nrm, count, members, r, px, py, rdx, rdy, x0, y0, x1, y1,
+def _reach(ev, off, bb, count, members, r, px, py, rdx, rdy, x0, y0, x1, y1,
            sx, sy, g):  # fmt: skip
     """The share t in [0, 1] of the ray (px, py) + t (rdx, rdy) before it enters a
     polygon other than r or leaves the box."""
@@ -1672,8 +1674,8 @@ def _reach(vert, off, bb, nrm, count, members, r, px, py, rdx, rdy, x0, y0, x1, 
                 if (o == r or bb[o, 0] > wx1 or bb[o, 1] < wx0 or bb[o, 2] > wy1
                         or bb[o, 3] < wy0):  # fmt: skip
                     continue
-                t0, t1 = _segment_in(vert, nrm, off[o], off[o + 1], px, py, rdx,
-                                     rdy, 0.0, tmin, 0.0)  # fmt: skip
+                t0, t1 = _segment_in(ev, off[o], off[o + 1], px, py, rdx, rdy,
+                                     0.0, tmin, 0.0)  # fmt: skip
                 if t0 < t1:
                     tmin = t0
     return max(tmin, 0.0)
