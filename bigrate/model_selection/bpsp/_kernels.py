@@ -183,6 +183,13 @@ def system(Q, y, box, rcoef, state):
     (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
     bordered system was singular (least-norm solution) and whether it is consistent,
     and the region's inequalities."""
+    return _system(Q, y, box, rcoef, state)[:6]
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _system(Q, y, box, rcoef, state):
+    """:func:`system`, and its margin rows M and bordered matrix A (whose inverse
+    the walk keeps: :func:`bordered_inverse` without building A again)."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
     m = M.shape[0]
     big = 1.0
@@ -212,7 +219,7 @@ def system(Q, y, box, rcoef, state):
             alpha[M[a], t] = sol[a + 1, t]
     gt = _gt(Q, y, state, alpha, bprime)
     ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
-    return alpha, bprime, gt, ineq, singular, consistent
+    return alpha, bprime, gt, ineq, singular, consistent, M, A
 
 
 @njit(cache=True, nogil=True)
@@ -1189,6 +1196,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     dom_lab = np.full(dom.shape[0], -1, np.int64)
     status = WALK_DONE
     short0 = diag[D_RING_SHORT]
+    # a solve's margin rows and bordered matrix, for its inverse where it is kept
+    Mf, Af = np.empty(0, np.int64), np.empty((0, 0))
     while head < tail:
         if diag[D_RING_SHORT] - short0 >= miss_stop:
             status = WALK_MORE
@@ -1227,7 +1236,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             singular, consistent = False, True
             diag[D_UPDATES] += 1
         else:
-            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = _system(
+                Q, y, box, rcoef, st
+            )
         miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
@@ -1243,7 +1254,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 # region covers it
                 dpt, dst, n_drop = _drop(dpt, dst, n_drop, px, py, st)
                 continue
-            alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, st)
+            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = _system(
+                Q, y, box, rcoef, st
+            )
             fresh = True
             miss = _miss(ineq, px, py)
         if miss > 1e-9:
@@ -1291,7 +1304,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             h = numerators(KvT, y, st, alpha, bprime)
             Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
             if pool.shape[0] > 0:
-                Mc, Bc = bordered_inverse(Q, y, box, rcoef, st)
+                # the inverse of the bordered matrix of its solve (as
+                # bordered_inverse, which would build it again)
+                Mc, Bc = Mf, np.ascontiguousarray(np.linalg.inv(Af))
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
