@@ -1297,6 +1297,43 @@ def test_best_for_costs_rescores_the_same_partition_exactly():
         s.best_for_costs([(0.0, 1.0)])
 
 
+def test_each_spaces_best_point_starts_once_its_folds_are_in():
+    """A fit runs the branch-and-bound of a (gamma, space) on a thread of its own as
+    soon as that space's folds are all in (:class:`EarlyBest`), while the other
+    tasks run: it gives what the branch-and-bound gives after the fit, and the fit
+    selects from it."""
+    from bigrate.model_selection.bpsp.partition import SPACES
+    from bigrate.model_selection.bpsp.search import (
+        EarlyBest,
+        _best_of_space,
+        fold_cells,
+    )
+
+    X, y = _data(40, seed=9)
+    folds = list(StratifiedKFold(2, shuffle=True, random_state=3).split(X, y))
+    s = BPSPSearchCV(gamma=[0.5, 2.0], cv=folds, cost_fn=3.0, cost_fp=1.5,
+                     engine="local", lambda_min=0.1, progress=False)  # fmt: skip
+    plan = s.plan(X, y)
+    results, early = {}, EarlyBest(plan, 3.0, 1.5, 0.1)
+    started = []
+    for j, task in enumerate(plan.tasks):
+        results[task] = fold_cells(*plan.task_args(plan.data, j))
+        early.add(task, results)
+        started.append(len(early.running))
+    # a (gamma, space) a fold: started at its second fold's task, not before
+    assert started == [0, 1, 1, 2, 2, 3, 3, 4]
+    known = early.results()
+    early.shutdown()
+    for (gamma, sp), got in known.items():
+        g = plan.gammas.index(gamma)
+        f = [results[(g, sp, k)] for k in range(2)]
+        want = _best_of_space(f, 3.0, 1.5, SPACES[sp].domain(0.1).bounds)
+        assert got[:3] == want[:3] and np.array_equal(got[3], want[3])
+    s.fit(X, y)
+    again = s.best_for_costs([(3.0, 1.5)])[0]  # every branch-and-bound run anew
+    assert s.cv_error_ == again["cv_error"] and s.best_params_ == again["params"]
+
+
 def test_saved_cells_are_checked_before_the_kernel_reads_them(tmp_path):
     """A saved search re-scores after loading; cells damaged on disk give an error
     naming the gamma, space and fold, never an out-of-bounds read."""
