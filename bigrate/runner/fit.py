@@ -127,7 +127,11 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
     from threadpoolctl import threadpool_limits
 
     from bigrate.engines.local import LocalEngine
-    from bigrate.model_selection.bpsp.search import fold_cells, release_rings
+    from bigrate.model_selection.bpsp.search import (
+        EarlyBest,
+        fold_cells,
+        release_rings,
+    )
     from bigrate.progress import Progress
 
     est = job_estimator(spec, params)
@@ -151,6 +155,11 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
         runner = LocalEngine(threads=spec.workers or os.cpu_count() or 1)
     # the local engine's threads keep their rings' memory from task to task
     plan.base["reuse_rings"] = runner.name == "local"
+    # each space's best point, found while the other tasks run (of a resumed run:
+    # at once where its folds were saved)
+    early = EarlyBest(plan, est.cost_fn, est.cost_fp, est.lambda_min)
+    for key in list(results):
+        early.add(key, results)
     with threadpool_limits(1, user_api="blas"):
         handle = eng.put(plan.data) if todo else None
         args = [plan.task_args(handle, j) for j in todo]
@@ -164,18 +173,21 @@ def fit_bpsp(spec: JobSpec, params: dict, ds: ShardedDataset, eng, run: RunDir,
                     ) from None
                 _save_task(run, key, res)
                 results[key] = res
+                early.add(key, results)
                 g, sp, k = key
                 run.event("task_done", gamma=plan.gammas[g], space=sp, fold=k,
                           seconds=res["diagnostics"].get("seconds"))  # fmt: skip
                 bar.update(1)
                 if after_task is not None:
                     after_task()
+            known = early.results()
         finally:
             release_rings()  # one thread: the tasks ran on this one
+            early.shutdown()
     bar.close()
     t = time.perf_counter()
     est.set_params(run_dir=str(run.path))  # the partition and its map, saved
-    est.assemble(plan, results)
+    est.assemble(plan, results, known)
     run.event("bpsp_selected", params=est.best_params_, cv_error=est.cv_error_,
               area=est.best_region_area_, seconds=time.perf_counter() - t)  # fmt: skip
     est.set_params(run_dir=None)

@@ -1322,6 +1322,10 @@ def test_each_spaces_best_point_starts_once_its_folds_are_in():
         started.append(len(early.running))
     # a (gamma, space) a fold: started at its second fold's task, not before
     assert started == [0, 1, 1, 2, 2, 3, 3, 4]
+    # a resumed run adds each saved task: one branch-and-bound a space still
+    first = dict(early.running)
+    early.add(plan.tasks[0], results)
+    assert all(early.running[key] is fut for key, fut in first.items())
     known = early.results()
     early.shutdown()
     for (gamma, sp), got in known.items():

@@ -137,10 +137,10 @@ class EarlyBest:
         """``task`` = (g, space, k) is in ``results``: start its (gamma, space)'s
         branch-and-bound if every fold's is."""
         g, sp, _ = task
-        folds = [results.get((g, sp, k)) for k in range(len(self.plan.splits))]
-        if any(f is None for f in folds):
-            return
         gamma = self.plan.gammas[g]
+        folds = [results.get((g, sp, k)) for k in range(len(self.plan.splits))]
+        if any(f is None for f in folds) or (gamma, sp) in self.running:
+            return
         bounds = SPACES[sp].domain(self.lambda_min).bounds
         self.running[(gamma, sp)] = self.pool.submit(
             _best_of_space, folds, *self.costs, bounds, f"gamma={gamma:g}, {sp}"
