@@ -1256,6 +1256,60 @@ def test_branch_and_bound_finds_the_least_error_of_the_superposition(seed):
     assert err <= least
 
 
+def _fan_cells(rng, rays, lines, trend):
+    """The unit square cut by ``rays`` random lines through its corner (0, 0) (a fan
+    of cells meeting there, as hill-valley's (C+, C-) triangle's) and ``lines``
+    random lines; FN counts growing along x (``trend`` 0), y (1), -x (2) or -y (3)
+    (where a piece is, each later fold's errors are bounded from below by more than
+    their least, and by more than another fold's there), FP random."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    cells = [np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])]
+    cuts = [(-np.sin(t), np.cos(t), 0.0) for t in rng.uniform(0.02, 1.55, rays)]
+    for _ in range(lines):
+        a, b = rng.standard_normal(2)
+        cuts.append((a, b, a * rng.uniform() + b * rng.uniform()))
+    for a, b, c in cuts:
+        cells = [part for V in cells for part in K._split(V, a, b, c)
+                 if len(part) >= 3 and K.area(part) > 1e-9]  # fmt: skip
+    off = np.r_[0, np.cumsum([len(V) for V in cells])]
+    x = np.array([V[:, trend % 2].mean() for V in cells])
+    x = x if trend < 2 else 1.0 - x
+    return {"vert": np.concatenate(cells), "off": off,
+            "fn": (6 * x).astype(int) + rng.integers(0, 2, len(cells)),
+            "fp": rng.integers(0, 4, len(cells))}  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [0, 2, 4, 8, 9])
+def test_branch_and_bound_over_a_fan_equals_the_geos_superposition(seed):
+    """Four folds of ~100 cells, half of each a fan meeting at the domain's corner
+    (listed by angle, not bucket): the least error and the largest piece with it
+    equal those of every piece of the GEOS superposition of the folds."""
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.search import PIECE_TOL, _best_of_space
+
+    rng = np.random.default_rng(seed)
+    folds = [_fan_cells(rng, 24, 5, trend) for trend in range(4)]
+    for cost_fn, cost_fp in ((2.0, 1.0), (1.0, 3.0)):
+        err, fn, fp, piece, _ = _best_of_space(folds, cost_fn, cost_fp, (0, 0, 1, 1))
+        pieces = [(shapely.box(0, 0, 1, 1), 0.0)]
+        for f in folds:
+            cells = [shapely.Polygon(f["vert"][f["off"][c] : f["off"][c + 1]])
+                     for c in range(len(f["fn"]))]  # fmt: skip
+            tree, nxt = shapely.STRtree(cells), []
+            for poly, e in pieces:
+                for c in tree.query(poly):
+                    part = poly.intersection(cells[c])
+                    cost = cost_fn * f["fn"][c] + cost_fp * f["fp"][c]
+                    if part.area > PIECE_TOL:
+                        nxt.append((part, e + cost))
+            pieces = nxt
+        least = min(e for _, e in pieces)
+        largest = max(p.area for p, e in pieces if e == least)
+        assert err == least == cost_fn * fn + cost_fp * fp
+        assert K.area(piece) == pytest.approx(largest, rel=1e-9)
+
+
 def test_among_equal_errors_the_largest_piece_is_returned():
     from bigrate.model_selection.bpsp.search import _best_of_space
 
