@@ -863,6 +863,10 @@ def test_edge_gaps_point_into_every_gap_and_pass_over_the_slits(seed):
     np.testing.assert_array_equal(later[2], owner[owner >= start])
     big = prod > 1e-10
     assert (~big).sum() > 5 * big.sum()  # the slits' stretches, passed over
+    # asked for products over 1e-10 only: those same points, no others
+    few = K.edge_gaps(vert, off, 0.0, 0.0, 1.0, 1.0, 1e-11, 1e-9, 1e-12, 0, 1e-10)
+    for a, b in zip(few, (pts[big], prod[big], owner[big]), strict=True):
+        np.testing.assert_array_equal(a, b)
     holes = [shapely.Polygon(V) for V in gone]
     inside = np.array([[h.contains(Point(p)) for h in holes] for p in pts[big]])
     assert inside.any(axis=1).all()  # no point of a slit passes

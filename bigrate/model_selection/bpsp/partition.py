@@ -795,7 +795,8 @@ class Partitioner:
         start = 0 if known is None else known[3]
         pts, prod, owner = _k.edge_gaps(vert, off, x0, y0, x1, y1,
                                         self.EDGE_EPS * side, self.area_tol * side,
-                                        CLIP_TOL, start)  # fmt: skip
+                                        CLIP_TOL, start,
+                                        self.EDGE_GAP_SHARE * self.area_tol)  # fmt: skip
         keep = (prod > self.EDGE_GAP_SHARE * self.area_tol) & shapely.contains_xy(
             rect, pts[:, 0], pts[:, 1]
         )
