@@ -1102,6 +1102,17 @@ def test_corrections_that_meet_a_partition_again_stop_at_the_cycles_least_violat
     assert not (path[2] == path[3]).all()
     assert worst(path[2]) > 1e-5 and worst(path[3]) < 1e-12
     np.testing.assert_array_equal(st, path[3])
+    # ended by the cycle, not by a round without violation: not known to hold (a
+    # seed's partition is then checked by a round of its own)
+    st2, moves2, held = K.corrected(p.Q, p.y, p.box, p.space.r_coef, start, lam, eta,
+                                    rounds)  # fmt: skip
+    np.testing.assert_array_equal(st2, st)
+    assert moves2 == moves and not held
+    # from a direct solve off the boundaries: it holds, as a round of its own finds
+    a, b = p.solve_at(0.5, 0.5)
+    st, _, held = K.corrected(p.Q, p.y, p.box, p.space.r_coef,
+                              p.state_from(a, b, 0.5, 0.5), 0.5, 0.5, rounds)  # fmt: skip
+    assert held and K.correct(p.Q, p.y, p.box, p.space.r_coef, st, 0.5, 0.5, 1)[1] == 0
 
 
 def _class_areas(cells):

@@ -478,7 +478,24 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
     """Active-set corrections until the partition's affine solution meets its own
     conditions at (p1, p2): the worst violated row moves each round (with no
     consistent solution, the row nearest its margin joins M). Returns the partition
-    and the number of corrections.
+    and the number of corrections (:func:`corrected` says too whether it holds)."""
+    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds)
+    return out[0], out[1]
+
+
+@njit(cache=True, nogil=True)
+def corrected(Q, y, box, rcoef, state, p1, p2, rounds):
+    """:func:`correct`, and whether the partition returned holds at (p1, p2) (its
+    last round found no violation: no round of its own is needed to tell)."""
+    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds)
+    return out[0], out[1], out[2]
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _corrected(Q, y, box, rcoef, state, p1, p2, rounds):
+    """:func:`corrected`, and where the partition holds, its system as
+    :func:`_system` gave it (alpha, b', g~, inequalities, singular, consistent, M,
+    A; the walk's solve of the partition it ends at).
 
     A partition met again ends them: at a point on a boundary, two partitions can
     send a row to each other, one violating its line by a rounding (1.5e-13 on
@@ -488,6 +505,8 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
     state = state.copy()
     n = y.shape[0]
     moves = 0
+    none = (np.empty((0, 3)), np.empty(3), np.empty((0, 3)), np.empty((0, 5)), False,
+            False, np.empty(0, np.int64), np.empty((0, 0)))  # fmt: skip
     met = np.empty(rounds, np.uint64)  # the hashes of the partitions met
     worst_of = np.empty(rounds)  # and their worst violations
     undo, undo_set = np.empty(rounds, np.int64), np.empty(rounds, np.int8)  # moves
@@ -502,8 +521,9 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
                 for c in range(r - 1, b - 1, -1):  # moves undone, latest first
                     row = int(undo[c])
                     state[row] = undo_set[c]
-                return state, moves
-        alpha, bprime, gt, ineq, singular, consistent = system(Q, y, box, rcoef, state)
+                return state, moves, False, none
+        sys_ = _system(Q, y, box, rcoef, state)
+        ineq, gt = sys_[3], sys_[2]
         worst, k = 0.0, -1
         for j in range(ineq.shape[0]):
             v = ineq[j, 0] * p1 + ineq[j, 1] * p2 - ineq[j, 2]
@@ -520,7 +540,7 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
             if v > worst:
                 worst, k = v, j
         if k < 0:
-            return state, moves
+            return state, moves, True, sys_
         met[r], worst_of[r] = h, worst
         if ineq[k, 4] < 0:
             level = rcoef[0] + rcoef[1] * p1 + rcoef[2] * p2
@@ -537,7 +557,7 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
         h = h ^ _mix(row, state[row]) ^ _mix(row, to)
         state[row] = to
         moves += 1
-    return state, moves
+    return state, moves, False, none
 
 
 # ------------------------------------------------------------------ polygons
@@ -1243,7 +1263,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
             # the partition that holds just across the facet
-            st, moves = correct(Q, y, box, rcoef, st, px, py, 10)
+            st, moves, held, sys_ = _corrected(Q, y, box, rcoef, st, px, py, 10)
             diag[D_CORRECTIONS] += moves
             hst = _hash(st)
             k, slot = _slot(table, store, st, hst)
@@ -1254,9 +1274,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 # region covers it
                 dpt, dst, n_drop = _drop(dpt, dst, n_drop, px, py, st)
                 continue
-            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = _system(
-                Q, y, box, rcoef, st
-            )
+            if not held:  # else its last round solved it
+                sys_ = _system(Q, y, box, rcoef, st)
+            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = sys_
             fresh = True
             miss = _miss(ineq, px, py)
         if miss > 1e-9:

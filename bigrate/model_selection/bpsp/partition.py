@@ -1055,11 +1055,14 @@ class Partitioner:
         if start is not None:
             # just across a facet of the region the walk came from, a few moves
             # from it, where a direct solve costs an SMO fit (~4 ms at n = 291)
-            st, moves = _k.correct(self.Q, self.y, self.box, self.space.r_coef,
-                                   np.asarray(start, np.int8), pt.x, pt.y, rounds)  # fmt: skip
+            st, moves, held = _k.corrected(self.Q, self.y, self.box,
+                                           self.space.r_coef,
+                                           np.asarray(start, np.int8), pt.x, pt.y,
+                                           rounds)  # fmt: skip
             self.diag.corrections += int(moves)
-            if _k.correct(self.Q, self.y, self.box, self.space.r_coef, st, pt.x,
-                          pt.y, 1)[1] == 0:  # fmt: skip
+            # where they went round a cycle, the partition they stopped at may hold
+            if held or _k.correct(self.Q, self.y, self.box, self.space.r_coef, st,
+                                  pt.x, pt.y, 1)[1] == 0:  # fmt: skip
                 self.diag.corrected_seeds += 1
                 return st
             if self.warm_seeds:
