@@ -143,7 +143,8 @@ def _gt(Q, y, state, alpha, bprime):
     gT = np.zeros((3, n))
     # Q is symmetric: row j is column j, read contiguously; the rows not in R in
     # order, four a pass (each sum's terms in the same order, gT loaded and stored
-    # once for four rows)
+    # once for four rows), the three coefficients in the same pass (each Q entry
+    # loaded once for them)
     rows = np.empty(n, np.int64)
     nr = 0
     for j in range(n):
@@ -151,15 +152,27 @@ def _gt(Q, y, state, alpha, bprime):
             rows[nr] = j
             nr += 1
     k = 0
+    g0, g1, g2 = gT[0], gT[1], gT[2]
     while k + 4 <= nr:
         j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
-        for t in range(3):
-            b0, b1, b2, b3 = alpha[j0, t], alpha[j1, t], alpha[j2, t], alpha[j3, t]
-            for i in range(n):
-                g = gT[t, i] + Q[j0, i] * b0
-                g = g + Q[j1, i] * b1
-                g = g + Q[j2, i] * b2
-                gT[t, i] = g + Q[j3, i] * b3
+        a00, a10, a20, a30 = alpha[j0, 0], alpha[j1, 0], alpha[j2, 0], alpha[j3, 0]
+        a01, a11, a21, a31 = alpha[j0, 1], alpha[j1, 1], alpha[j2, 1], alpha[j3, 1]
+        a02, a12, a22, a32 = alpha[j0, 2], alpha[j1, 2], alpha[j2, 2], alpha[j3, 2]
+        q0, q1, q2, q3 = Q[j0], Q[j1], Q[j2], Q[j3]
+        for i in range(n):
+            x0, x1, x2, x3 = q0[i], q1[i], q2[i], q3[i]
+            g = g0[i] + x0 * a00
+            g = g + x1 * a10
+            g = g + x2 * a20
+            g0[i] = g + x3 * a30
+            g = g1[i] + x0 * a01
+            g = g + x1 * a11
+            g = g + x2 * a21
+            g1[i] = g + x3 * a31
+            g = g2[i] + x0 * a02
+            g = g + x1 * a12
+            g = g + x2 * a22
+            g2[i] = g + x3 * a32
         k += 4
     while k < nr:
         j = rows[k]
