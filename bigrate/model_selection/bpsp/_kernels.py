@@ -118,6 +118,12 @@ def _bordered(Q, y, box, rcoef, state):
             for t in range(3):
                 alpha[j, t] = box[j, t]
                 rhs[0, t] -= y[j] * box[j, t]
+    ne = 0
+    E = np.empty(n, np.int64)
+    for j in range(n):
+        if state[j] == E_SET:
+            E[ne] = j
+            ne += 1
     for a in range(m):
         i = M[a]
         A[0, a + 1] = y[i]
@@ -126,11 +132,39 @@ def _bordered(Q, y, box, rcoef, state):
             A[a + 1, b + 1] = Q[i, M[b]]
         for t in range(3):
             rhs[a + 1, t] = rcoef[t]
-        for j in range(n):
-            if state[j] == E_SET:
-                q = Q[i, j]
-                for t in range(3):
-                    rhs[a + 1, t] -= q * box[j, t]
+    # rcoef - Q_M,E box_E, each sum over the E rows in order: four margin rows at a
+    # time (twelve sums in flight, where one row's three waited on each other)
+    a = 0
+    while a + 4 <= m:
+        q0, q1, q2, q3 = Q[M[a]], Q[M[a + 1]], Q[M[a + 2]], Q[M[a + 3]]
+        s00, s01, s02 = rhs[a + 1, 0], rhs[a + 1, 1], rhs[a + 1, 2]
+        s10, s11, s12 = rhs[a + 2, 0], rhs[a + 2, 1], rhs[a + 2, 2]
+        s20, s21, s22 = rhs[a + 3, 0], rhs[a + 3, 1], rhs[a + 3, 2]
+        s30, s31, s32 = rhs[a + 4, 0], rhs[a + 4, 1], rhs[a + 4, 2]
+        for e in range(ne):
+            j = E[e]
+            b0, b1, b2 = box[j, 0], box[j, 1], box[j, 2]
+            x = q0[j]
+            s00, s01, s02 = s00 - x * b0, s01 - x * b1, s02 - x * b2
+            x = q1[j]
+            s10, s11, s12 = s10 - x * b0, s11 - x * b1, s12 - x * b2
+            x = q2[j]
+            s20, s21, s22 = s20 - x * b0, s21 - x * b1, s22 - x * b2
+            x = q3[j]
+            s30, s31, s32 = s30 - x * b0, s31 - x * b1, s32 - x * b2
+        rhs[a + 1, 0], rhs[a + 1, 1], rhs[a + 1, 2] = s00, s01, s02
+        rhs[a + 2, 0], rhs[a + 2, 1], rhs[a + 2, 2] = s10, s11, s12
+        rhs[a + 3, 0], rhs[a + 3, 1], rhs[a + 3, 2] = s20, s21, s22
+        rhs[a + 4, 0], rhs[a + 4, 1], rhs[a + 4, 2] = s30, s31, s32
+        a += 4
+    while a < m:
+        q0 = Q[M[a]]
+        for e in range(ne):
+            j = E[e]
+            x = q0[j]
+            for t in range(3):
+                rhs[a + 1, t] -= x * box[j, t]
+        a += 1
     return M, A, rhs, alpha
 
 
