@@ -113,17 +113,15 @@ def _bordered(Q, y, box, rcoef, state):
     alpha = np.zeros((n, 3))
     rhs = np.zeros((m + 1, 3))
     A = np.zeros((m + 1, m + 1))
-    for j in range(n):
-        if state[j] == E_SET:
-            for t in range(3):
-                alpha[j, t] = box[j, t]
-                rhs[0, t] -= y[j] * box[j, t]
     ne = 0
-    E = np.empty(n, np.int64)
+    E = np.empty(n, np.int64)  # the E rows in order
     for j in range(n):
         if state[j] == E_SET:
             E[ne] = j
             ne += 1
+            for t in range(3):
+                alpha[j, t] = box[j, t]
+                rhs[0, t] -= y[j] * box[j, t]
     for a in range(m):
         i = M[a]
         A[0, a + 1] = y[i]

@@ -797,9 +797,8 @@ class Partitioner:
                                         self.EDGE_EPS * side, self.area_tol * side,
                                         CLIP_TOL, start,
                                         self.EDGE_GAP_SHARE * self.area_tol)  # fmt: skip
-        keep = (prod > self.EDGE_GAP_SHARE * self.area_tol) & shapely.contains_xy(
-            rect, pts[:, 0], pts[:, 1]
-        )
+        # (the search returns only the points whose product passes the bar)
+        keep = shapely.contains_xy(rect, pts[:, 0], pts[:, 1])
         pts, prod, owner = pts[keep], prod[keep], owner[keep]
         if known is not None and len(known[0]):
             old = known[0]
