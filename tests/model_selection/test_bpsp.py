@@ -506,7 +506,17 @@ def _solved(K, args, st):
 def _ring(K, M, B, a, b, g, h):
     """A ring holding one explicit entry (an anchor): (pool, at, its position)."""
     pool, at = np.empty(1 << 20), np.zeros(2, np.int64)
-    return pool, at, K.pool_put(pool, at, M, B, np.empty(0), 0.0, -1, a, b, g, h, 0)
+    return pool, at, K.pool_put(pool, at, M, K.packed_symmetric(B), np.empty(0), 0.0,
+                                -1, a, b, g, h, 0)  # fmt: skip
+
+
+def _unpacked(P, m):
+    """The symmetric m x m matrix of a packed upper triangle (an anchor's)."""
+    B, p = np.empty((m, m)), 0
+    for i in range(m):
+        B[i, i:] = B[i:, i] = P[p : p + m - i]
+        p += m - i
+    return B
 
 
 def _check_update(K, args, KvT, y, pool, at, v, child, row, kind):
@@ -521,7 +531,7 @@ def _check_update(K, args, KvT, y, pool, at, v, child, row, kind):
                                                      pool, v)  # fmt: skip
     if not ok:
         return None
-    B2 = K.explicit_inverse(pool, v, M2, w2, c2)
+    B2 = _unpacked(K.explicit_inverse(pool, v, M2, w2, c2), len(M2) + 1)
     o, o_want = np.argsort(M2), np.argsort(want[6])
     assert (M2[o] == want[6][o_want]).all()
     B_want = want[7][np.ix_(np.r_[0, o_want + 1], np.r_[0, o_want + 1])]
@@ -530,7 +540,7 @@ def _check_update(K, args, KvT, y, pool, at, v, child, row, kind):
     for got_, want_ in ((a2, want[0]), (b2, want[1]), (g2, want[2]), (ineq2, want[3]),
                         (h2, K.numerators(KvT, y, child, want[0], want[1]))):  # fmt: skip
         np.testing.assert_allclose(got_, want_, atol=1e-10)
-    return K.pool_put(pool, at, M2, np.empty((0, 0)), w2, c2, v, a2, b2, g2, h2, 1)
+    return K.pool_put(pool, at, M2, np.empty(0), w2, c2, v, a2, b2, g2, h2, 1)
 
 
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])

@@ -826,8 +826,9 @@ _HEAD = 8
 @njit(cache=True, nogil=True)
 def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     """Write a region's system into the ring ``pool`` at ``at[0]`` (an entry never
-    wraps: it starts over at 0 where it would): with its bordered inverse ``B`` if
-    it has rows (an anchor), or else as the term ``coef`` w w^T on the inverse of the
+    wraps: it starts over at 0 where it would): with its bordered inverse ``B`` (its
+    packed upper triangle: :func:`packed_symmetric`, :func:`explicit_inverse`) if it
+    has entries (an anchor), or else as the term ``coef`` w w^T on the inverse of the
     entry at ``parent`` (:func:`update`). Returns where it went (-1: no system, or
     larger than the pool)."""
     mb = M.shape[0] + 1
@@ -841,7 +842,7 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     body = _packed(mb) if explicit else 2 * nz
     size = _HEAD + (mb - 1) + body + 3 * (mb - 1) + 3 * n + 3 + 3 * nv
     P = pool.shape[0]
-    if size > P or (explicit and B.shape[0] != mb) or (not explicit and parent < 0):
+    if size > P or (explicit and B.shape[0] != body) or (not explicit and parent < 0):
         return -1
     anchor, chain = -1, 0
     if not explicit:  # read before the entry is written (it may overwrite them)
@@ -865,13 +866,9 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     for k in range(mb - 1):
         pool[s + k] = M[k]
     s += mb - 1
-    if explicit:  # symmetric: its upper triangle, row by row (see _packed)
-        p = s
-        for i in range(mb):
-            pool[p] = B[i, i]
-            for j in range(i + 1, mb):
-                pool[p + j - i] = 0.5 * (B[i, j] + B[j, i])
-            p += mb - i
+    if explicit:
+        for k in range(body):
+            pool[s + k] = B[k]
     else:
         i = 0
         for k in range(w.shape[0]):
@@ -895,6 +892,21 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
         for t in range(3):
             pool[s + 3 * i + t] = h[i, t]
     return v
+
+
+@njit(cache=True, nogil=True)
+def packed_symmetric(B):
+    """A (nearly) symmetric matrix as the packed upper triangle an anchor keeps
+    (:func:`_packed`): each entry the mean of its two mirrored ones."""
+    m = B.shape[0]
+    out = np.empty(_packed(m))
+    p = 0
+    for i in range(m):
+        out[p] = B[i, i]
+        for j in range(i + 1, m):
+            out[p + j - i] = 0.5 * (B[i, j] + B[j, i])
+        p += m - i
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -1055,8 +1067,15 @@ def _column(pool, sa, offs, lens, coefs, ur, n1):
 @njit(cache=True, nogil=True)
 def explicit_inverse(pool, v, M, w, coef):
     """The bordered inverse on the margin rows ``M`` of the entry at ``v``'s inverse
-    plus the term ``coef`` w w^T: a child's inverse written out (the anchor of the
-    next terms) from its parent's entry and its own term (:func:`update`)."""
+    plus the term ``coef`` w w^T, as the symmetric packed upper triangle an anchor
+    keeps (:func:`_packed`; each entry the mean of the two mirrored sums): a child's
+    inverse written out (the anchor of the next terms) from its parent's entry and
+    its own term (:func:`update`).
+
+    The anchor's entries plus the chain's terms W diag(c) W^T, written straight
+    into the triangle: the full matrix it was built in (zeroed, filled, summed with
+    the product, then packed by the ring) took three more passes over (n_M + 1)^2
+    floats an anchor."""
     sa, offs, lens, coefs = _chain(pool, v)
     ia, A = _anchor_rows(pool, sa)
     n1 = w.shape[0]
@@ -1069,23 +1088,6 @@ def explicit_inverse(pool, v, M, w, coef):
     for k in range(ia.shape[0]):
         pa[ia[k]] = k
     ma = ia.shape[0]
-    # the anchor's entries, row by row of its triangle: the rows both share keep
-    # their order down a chain (a row joins M last), so for j > i the anchor's row
-    # ai holds (ai, aj) at ai's row start + aj - ai, read in order, and the entry is
-    # mirrored (a gather of both halves by min and max was 8% of a walk at n_M ~ 180)
-    B = np.zeros((mb, mb))
-    for i in range(mb):
-        ai = pa[idx[i]]
-        if ai < 0:
-            continue
-        base = _row_at(ai, ma) - ai
-        B[i, i] = A[base + ai]
-        for j in range(i + 1, mb):
-            aj = pa[idx[j]]
-            if aj > ai:
-                B[i, j] = B[j, i] = A[base + aj]
-            elif aj >= 0:  # out of order: not from a walk's chain, but right anyway
-                B[i, j] = B[j, i] = A[_row_at(aj, ma) + ai - aj]
     c = offs.shape[0] + 1
     W = np.empty((mb, c))
     Wc = np.empty((c, mb))
@@ -1100,8 +1102,32 @@ def explicit_inverse(pool, v, M, w, coef):
             x = w[idx[i]] if t == c - 1 else dense[idx[i]]
             W[i, t] = x
             Wc[t, i] = x * (coef if t == c - 1 else coefs[t])
-    B += W @ Wc
-    return B
+    G = W @ Wc  # the terms' sum, (i, j) and (j, i) each rounded their own way
+    out = np.empty(_packed(mb))
+    p = 0
+    for i in range(mb):
+        # the anchor's entries, row by row of its triangle: the rows both share keep
+        # their order down a chain (a row joins M last), so for j > i the anchor's
+        # row ai holds (ai, aj) at ai's row start + aj - ai, read in order
+        ai = pa[idx[i]]
+        if ai < 0:
+            out[p] = G[i, i]
+            for j in range(i + 1, mb):
+                out[p + j - i] = 0.5 * (G[i, j] + G[j, i])
+            p += mb - i
+            continue
+        base = _row_at(ai, ma) - ai
+        out[p] = A[base + ai] + G[i, i]
+        for j in range(i + 1, mb):
+            aj = pa[idx[j]]
+            x = 0.0
+            if aj > ai:
+                x = A[base + aj]
+            elif aj >= 0:  # out of order: not from a walk's chain, but right anyway
+                x = A[_row_at(aj, ma) + ai - aj]
+            out[p + j - i] = 0.5 * ((x + G[i, j]) + (x + G[j, i]))
+        p += mb - i
+    return out
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1367,15 +1393,15 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         )
         if fresh:
             h = numerators(KvT, y, st, alpha, bprime)
-            Mc, Bc, depth = np.empty(0, np.int64), np.empty((0, 0)), 0
+            Mc, Bc, depth = np.empty(0, np.int64), np.empty(0), 0
             if pool.shape[0] > 0:
                 # the inverse of the bordered matrix of its solve (as
                 # bordered_inverse, which would build it again)
-                Mc, Bc = Mf, np.ascontiguousarray(np.linalg.inv(Af))
+                Mc, Bc = Mf, packed_symmetric(np.linalg.inv(Af))
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
-            Bc = np.empty((0, 0))
+            Bc = np.empty(0)
         if keep_h:
             for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
                 for t in range(3):
