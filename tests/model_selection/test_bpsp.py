@@ -634,6 +634,28 @@ def test_an_update_that_lost_accuracy_is_refused():
     assert not K.update(*args, KvT, child, row, kind, pool, v)[0]
 
 
+def test_the_ring_grows_before_the_walk_reaches_back_its_whole_length():
+    """The ring grows once an update has read an anchor more than RING_AGE_SHARE of
+    the ring back (the walk stops for it within a call), before parents are lost:
+    far fewer of them are solved from scratch than where only lost parents make it
+    grow, in a ring of the same final size, with the same regions."""
+    X, y = _data(100, seed=11)
+    Xv, yv = _data(40, seed=12)
+    Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
+    diags = {}
+    for share in (Partitioner.RING_AGE_SHARE, np.inf):
+        part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+        part.pool_floats, part.CHUNK, part.RING_AGE_SHARE = 1 << 16, 10**6, share
+        part.run_cells(Kv, yv)
+        diags[share] = part.diag
+    by_age, by_misses = diags.values()
+    assert by_age.regions == by_misses.regions
+    assert by_age.pool_mb == by_misses.pool_mb == 8
+    # 78 against 347 (the ring grows 4x at a time, from 0.5 MB)
+    assert by_age.pool_misses < 0.4 * by_misses.pool_misses
+    assert by_age.updated_systems > by_misses.updated_systems
+
+
 @pytest.mark.parametrize("space", ["lambda_eta", "c_pos_c_neg"])
 @pytest.mark.parametrize("pool_floats, chain_max",
                          [(None, None), (3_000, None), (None, 0), (None, 1)])  # fmt: skip
@@ -641,8 +663,8 @@ def test_walk_with_updates_equals_the_walk_solving_each_region(
     space, pool_floats, chain_max
 ):
     """The walk whose regions take their systems by updates from their parents' (the
-    default pool (None) holds every parent here; a pool of 3,000 floats a few of
-    them) gives the partition of the walk that solves every region from scratch (a
+    default pool (None) holds every parent here; a pool of 3,000 floats, not let
+    grow, a few of them) gives the partition of the walk that solves every region from scratch (a
     pool of 0): with the default chains of rank-one terms, with every inverse
     written out (chain_max 0) and with one term at most on each (1)."""
     X, y = _data(40, seed=3)
@@ -651,7 +673,7 @@ def test_walk_with_updates_equals_the_walk_solving_each_region(
     def walk(floats, chain=None):
         p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space=space)
         if floats is not None:
-            p.pool_floats = floats
+            p.pool_floats = p.pool_max_floats = floats
         if chain is not None:
             p.chain_max = chain
         w = p._run_compiled(None, Kv, keep_h=True)

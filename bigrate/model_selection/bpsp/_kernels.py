@@ -30,7 +30,11 @@ D_POOL_MISSES = 7  # moves whose parent's system the ring had already overwritte
 # ... of those, the ones whose lost entry was written since the ring last grew (at[1]):
 # a ring too small now, not one that was
 D_RING_SHORT = 8
-N_DIAG = 9
+# the oldest anchor an update read, as floats written since it (at[0] less its
+# position), among those written since the ring last grew: how far back the walk
+# reaches into its ring, which nears the ring's size before parents are lost
+D_RING_AGE = 9
+N_DIAG = 10
 # generations of updates (:func:`update`) before a system is solved from scratch again
 MAX_UPDATES = 64
 # the largest residual of an updated system, relative to its largest g~ coefficient
@@ -1225,7 +1229,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
          table, store, n_seen,
          qst, qpt, qhas, qlink, head, tail,
          pool, at, diag, tol, area_tol, probe, correcting, budget,
-         dpt, dst, n_drop, chain_max, miss_stop):  # fmt: skip
+         dpt, dst, n_drop, chain_max, miss_stop, age_stop):  # fmt: skip
     """Breadth-first walk over critical regions (Theorem 3) from the queued
     partitions (qst[head:tail], with the probe point each came through, if any),
     until the queue is empty (WALK_DONE), ``budget`` new regions were recorded
@@ -1258,8 +1262,10 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     written (:func:`explicit_inverse`).
 
     The call also returns (WALK_MORE) once ``miss_stop`` moves have found their
-    parent's entry overwritten since the ring last grew (``D_RING_SHORT``), so the
-    caller can grow the ring before the rest of its budget runs on one too small.
+    parent's entry overwritten since the ring last grew (``D_RING_SHORT``), or once
+    an update has read an anchor more than ``age_stop`` floats back
+    (``D_RING_AGE``), so the caller can grow the ring before the rest of its budget
+    runs on one too small.
 
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
     the moves dropped because they did not hold just across their facet, where a gap
@@ -1290,7 +1296,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     # a solve's margin rows and bordered matrix, for its inverse where it is kept
     Mf, Af = np.empty(0, np.int64), np.empty((0, 0))
     while head < tail:
-        if diag[D_RING_SHORT] - short0 >= miss_stop:
+        if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_AGE] > age_stop:
             status = WALK_MORE
             break
         st = qst[head].copy()
@@ -1316,6 +1322,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         if intact:
             s = parent % pool.shape[0]
             depth, chain = int(pool[s + 1]), int(pool[s + 5])
+            if pool[s + 3] >= at[1]:
+                diag[D_RING_AGE] = max(diag[D_RING_AGE], at[0] - pool[s + 3])
             if depth < MAX_UPDATES:
                 ok, Mc, wc, cc, alpha, bprime, gt, h, ineq = update(
                     Q, y, box, rcoef, KvT, st, move // 4, move % 4, pool, parent

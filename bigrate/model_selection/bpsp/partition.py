@@ -610,14 +610,17 @@ class Partitioner:
                     min(chunk, self.max_regions + 1 - n_regions), dpt, dst, n_drop,
                     self.chain_max,
                     self.POOL_MISS_STOP if len(pool) < self.pool_max_floats else np.inf,
+                    self.RING_AGE_SHARE * len(pool)
+                    if len(pool) < self.pool_max_floats else np.inf,
                 )  # fmt: skip
                 self.diag.walk_seconds += time.perf_counter() - t0
                 (status, table, store, n_seen, qst, qpt, qhas, qlink, head,
                  tail, dpt, dst, n_drop) = out[:13]  # fmt: skip
                 moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
                 misses = kd[_k.D_RING_SHORT] - seen_misses
-                if (misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
-                        and len(pool) < self.pool_max_floats):  # fmt: skip
+                lost = misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
+                short = lost or kd[_k.D_RING_AGE] > self.RING_AGE_SHARE * len(pool)
+                if short and len(pool) < self.pool_max_floats:
                     old = pool
                     pool = self._grown(
                         pool, at, min(4 * len(pool), self.pool_max_floats), alloc
@@ -625,6 +628,7 @@ class Partitioner:
                     if self.rings is not None:
                         self.rings.give(old)
                     seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
+                    kd[_k.D_RING_AGE] = 0.0  # anchors written since, in this ring
                 new, thin = out[13:23], out[23:]
                 if len(thin[0]):
                     thins.append(thin)
@@ -760,6 +764,15 @@ class Partitioner:
     #: a rate under 1% for longer in a ring of 128 MB (fold 0: 958 -> 2,011 misses
     #: at 1%, 682 at 0.2%, each a solve from scratch, ~1 ms at n_M ~ 180)
     POOL_MISS_SHARE = 0.002
+    #: the share of the ring an update may reach back for its anchor before the ring
+    #: grows (the walk stops for it to grow then): a breadth-first walk's frontier
+    #: widens, and parents are lost once it reaches the ring's whole length. Spambase
+    #: 600's rectangle fold 0: the oldest anchor read climbed from 0.46 to 1.0 of a
+    #: 128 MB ring over 70,000 regions, then 314 parents were lost (solved from
+    #: scratch, ~1 ms each) before the misses made it grow (682 in all; 21 by this
+    #: rule, as large a ring); hill-valley's folds reach 0.83 of 32 MB at most, and
+    #: lose none
+    RING_AGE_SHARE = 0.9
     #: a call of the walk stops at this many misses since the ring last grew, for it
     #: to grow then: judged only after a call of CHUNK regions, a ring too small for
     #: the walk's later, larger systems lost 1,893 parents in 5,050 moves (spambase
