@@ -608,6 +608,48 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     assert grand_checked > 100 and grand_refused <= 0.01 * grand_checked
 
 
+def test_the_e_rows_sums_kept_for_one_partition_serve_the_next():
+    """The E rows' part of g~ (sum over E of box_j Q_j) of partitions solved one
+    after another comes from the sums kept for an earlier one, plus and minus the
+    rows whose membership differs (:func:`_kernels.e_sums`): equal to the sums over
+    the partition's own E rows to a few roundings; the sums are kept anew, from
+    every E row, where more than a quarter differ, and a partition's own sums never
+    move the kept ones."""
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    X, y = _data(60, seed=5)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    Q, box, n = p.Q, p.box, len(y)
+    rng = np.random.default_rng(3)
+    st = rng.choice([K.R_SET, K.M_SET, K.E_SET], n, p=[0.2, 0.2, 0.6]).astype(np.int8)
+    kept, sums = np.zeros(n + 1, np.int8), np.empty((3, n))
+
+    def fresh(e):  # over the rows of the mask e
+        return box[e].T @ Q[e]
+
+    scale = np.abs(box).sum() * np.abs(Q).max()
+    anew = 0
+    for step in range(300):
+        big = step % 50 == 49  # every 50th: most rows move
+        rows = rng.choice(n, n // 2 if big else rng.integers(1, 4), replace=False)
+        st[rows] = rng.choice([K.R_SET, K.M_SET, K.E_SET], len(rows))
+        before = kept.copy()
+        got = K.e_sums(Q, box, st, kept, sums)
+        e = st == K.E_SET
+        want = fresh(e)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14 * scale)
+        differ = int(((before[:n] == 1) != e).sum())
+        if before[n] != 1 or differ > max(4, e.sum() // 4):
+            anew += 1  # kept anew: for exactly this partition's E rows
+            assert (kept[:n] == 1).tolist() == e.tolist() and kept[n] == 1
+        else:
+            assert (kept == before).all()
+        # the kept sums are those of the kept rows, whatever partitions came since
+        np.testing.assert_allclose(sums, fresh(kept[:n] == 1), rtol=0,
+                                   atol=1e-15 * scale)  # fmt: skip
+    assert 6 <= anew < 60
+
+
 def test_an_update_that_lost_accuracy_is_refused():
     """An update whose residual (g~ of M at r, y^T alpha = 0) is beyond
     UPDATE_RESIDUAL is not used: the walk solves that system from scratch."""
@@ -990,7 +1032,10 @@ def test_a_partition_holding_on_a_line_only_keeps_the_compiled_walk(
     p = Partitioner(Xt, yt, gamma=g, lambda_min=0.01, space="c_pos_c_neg", weight=w)
     regions = p.run()
     assert p.diag.slow_path == 0 and p.diag.singular_systems == 0
-    assert p.diag.overlaps == 0 and p.diag.unresolved_area == 0.0
+    # nothing left unresolved; a few regions may overlap by a rounding, given up to
+    # the earlier region (0 or 4 here as the E rows' sums are taken whole or kept,
+    # as on this set's other folds: 7 or 0, 16 or 12), so they tile the triangle
+    assert p.diag.unresolved_area == 0.0 and p.diag.overlaps <= 0.01 * len(regions)
     area = p.space.domain(0.01).area
     assert sum(r.polygon.area for r in regions) + p.diag.thin_area == pytest.approx(
         area, abs=1e-8
@@ -1160,14 +1205,15 @@ def _class_areas(cells):
 def test_cells_of_overlapping_regions_keep_the_walks_cells_where_nothing_was_given_up(
     tmp_path, shared_data
 ):
-    """Where the walk's regions overlap (hill-valley's 150 rows, fold 1's triangle:
-    12 overlaps), the regions that gave up nothing keep the cells the walk made, and
+    """Where the walk's regions overlap (hill-valley's 150 rows, fold 3's triangle:
+    12 overlaps; which folds overlap moves with the rounding of the solves), the
+    regions that gave up nothing keep the cells the walk made, and
     only the others' are made anew: the same cells' classes and areas as making
     every region's cells anew (which solved every region's system again and doubled
     a hill-valley fold's time)."""
     from bigrate.kernel.smo import cross_kernel
 
-    Xt, yt, w, g, Xv = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 1)
+    Xt, yt, w, g, Xv = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 3)
     yv = np.where(Xv[:, 0] + Xv[:, 1] > 0, 1.0, -1.0)
     Kv = cross_kernel(Xv, Xt, "rbf", g, 0.0, 3)
 

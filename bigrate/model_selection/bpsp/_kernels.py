@@ -102,7 +102,9 @@ def inequalities(alpha, gt, state, box, rcoef, consistent):
 @njit(cache=True, nogil=True, internal=True)
 def _bordered(Q, y, box, rcoef, state):
     """The margin rows M (in order), the bordered matrix A = [[0, y_M^T], [y_M,
-    Q_MM]], its right-hand side (n_M + 1, 3) and alpha with the E rows at their box."""
+    Q_MM]], its right-hand side (n_M + 1, 3) but for the E rows' part of its margin
+    rows (-Q_M,E box_E: :func:`_system` takes it from :func:`e_sums`) and alpha with
+    the E rows at their box."""
     n = y.shape[0]
     m = 0
     for i in range(n):
@@ -117,12 +119,8 @@ def _bordered(Q, y, box, rcoef, state):
     alpha = np.zeros((n, 3))
     rhs = np.zeros((m + 1, 3))
     A = np.zeros((m + 1, m + 1))
-    ne = 0
-    E = np.empty(n, np.int64)  # the E rows in order
     for j in range(n):
         if state[j] == E_SET:
-            E[ne] = j
-            ne += 1
             for t in range(3):
                 alpha[j, t] = box[j, t]
                 rhs[0, t] -= y[j] * box[j, t]
@@ -134,68 +132,80 @@ def _bordered(Q, y, box, rcoef, state):
             A[a + 1, b + 1] = Q[i, M[b]]
         for t in range(3):
             rhs[a + 1, t] = rcoef[t]
-    # rcoef - Q_M,E box_E, each sum over the E rows in order: four margin rows at a
-    # time (twelve sums in flight, where one row's three waited on each other)
-    a = 0
-    while a + 4 <= m:
-        q0, q1, q2, q3 = Q[M[a]], Q[M[a + 1]], Q[M[a + 2]], Q[M[a + 3]]
-        s00, s01, s02 = rhs[a + 1, 0], rhs[a + 1, 1], rhs[a + 1, 2]
-        s10, s11, s12 = rhs[a + 2, 0], rhs[a + 2, 1], rhs[a + 2, 2]
-        s20, s21, s22 = rhs[a + 3, 0], rhs[a + 3, 1], rhs[a + 3, 2]
-        s30, s31, s32 = rhs[a + 4, 0], rhs[a + 4, 1], rhs[a + 4, 2]
-        for e in range(ne):
-            j = E[e]
-            b0, b1, b2 = box[j, 0], box[j, 1], box[j, 2]
-            x = q0[j]
-            s00, s01, s02 = s00 - x * b0, s01 - x * b1, s02 - x * b2
-            x = q1[j]
-            s10, s11, s12 = s10 - x * b0, s11 - x * b1, s12 - x * b2
-            x = q2[j]
-            s20, s21, s22 = s20 - x * b0, s21 - x * b1, s22 - x * b2
-            x = q3[j]
-            s30, s31, s32 = s30 - x * b0, s31 - x * b1, s32 - x * b2
-        rhs[a + 1, 0], rhs[a + 1, 1], rhs[a + 1, 2] = s00, s01, s02
-        rhs[a + 2, 0], rhs[a + 2, 1], rhs[a + 2, 2] = s10, s11, s12
-        rhs[a + 3, 0], rhs[a + 3, 1], rhs[a + 3, 2] = s20, s21, s22
-        rhs[a + 4, 0], rhs[a + 4, 1], rhs[a + 4, 2] = s30, s31, s32
-        a += 4
-    while a < m:
-        q0 = Q[M[a]]
-        for e in range(ne):
-            j = E[e]
-            x = q0[j]
-            for t in range(3):
-                rhs[a + 1, t] -= x * box[j, t]
-        a += 1
     return M, A, rhs, alpha
 
 
-@njit(cache=True, nogil=True, internal=True)
-def _gt(Q, y, state, alpha, bprime):
-    """g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2)."""
-    n = y.shape[0]
-    # by coefficient, so the loop over rows runs over contiguous memory (vectorised:
-    # 3x faster than into (n, 3)), each sum in the same order
-    gT = np.zeros((3, n))
-    # Q is symmetric: row j is column j, read contiguously; the rows not in R in
-    # order, four a pass (each sum's terms in the same order, gT loaded and stored
-    # once for four rows), the three coefficients in the same pass (each Q entry
-    # loaded once for them)
-    rows = np.empty(n, np.int64)
-    nr = 0
+@njit(cache=True, nogil=True)
+def e_sums(X, C, state, cst, csum):
+    """sum_{j in E} C[j, t] X[j] (3, m) for t = 0, 1, 2: the E rows' part of g~ (X =
+    Q, C = box) or of the numerators (X = KvT, C = y box), rows at their box whose
+    alpha does not depend on the partition but on E.
+
+    A hill-valley partition has ~216 of its 291 rows in E and ~21 in M, and the
+    partitions solved one after another (a walk's solves from scratch, the rounds of
+    corrections) differ in a few: the sums are kept (``csum`` for the E rows
+    ``cst[:n]``; ``cst[n]`` = 1 once set) and a partition's are the kept ones plus
+    and minus the rows whose membership differs, each such sum a few rounding steps
+    from its own (terms of the box's size; the kept sums never drift, as no
+    partition's sums are kept from another's). Kept anew, from every E row in order,
+    where more than a quarter of the E rows differ."""
+    n = state.shape[0]
+    m = X.shape[1]
+    ne = nd = 0
+    diff = np.empty(n, np.int64)
     for j in range(n):
-        if state[j] != R_SET:
-            rows[nr] = j
-            nr += 1
-    k = 0
+        e = state[j] == E_SET
+        if e:
+            ne += 1
+        if e != (cst[j] == 1):
+            diff[nd] = j
+            nd += 1
+    if cst[n] != 1 or nd > max(4, ne // 4):
+        rows = np.empty(ne, np.int64)
+        k = 0
+        for j in range(n):
+            cst[j] = 1 if state[j] == E_SET else 0
+            if state[j] == E_SET:
+                rows[k] = j
+                k += 1
+        cst[n] = 1
+        _rows_sum(X, C, rows, ne, csum, True)
+        nd = 0
+    out = csum.copy()
+    g0, g1, g2 = out[0], out[1], out[2]
+    for d in range(nd):
+        j = diff[d]
+        sg = 1.0 if state[j] == E_SET else -1.0
+        c0, c1, c2 = sg * C[j, 0], sg * C[j, 1], sg * C[j, 2]
+        xj = X[j]
+        for i in range(m):
+            x = xj[i]
+            g0[i] += x * c0
+            g1[i] += x * c1
+            g2[i] += x * c2
+    return out
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _rows_sum(X, C, rows, nr, gT, fresh):
+    """gT (3, m) += sum_k C[rows[k], t] X[rows[k]] over rows[:nr] in order (from 0
+    where ``fresh``): four rows a pass (each sum's terms in the same order, gT loaded
+    and stored once for four rows), the three coefficients in the same pass (each
+    entry of X loaded once for them). X's rows are contiguous (Q is symmetric: row j
+    is column j)."""
+    m = X.shape[1]
     g0, g1, g2 = gT[0], gT[1], gT[2]
+    if fresh:
+        for i in range(m):
+            g0[i] = g1[i] = g2[i] = 0.0
+    k = 0
     while k + 4 <= nr:
         j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
-        a00, a10, a20, a30 = alpha[j0, 0], alpha[j1, 0], alpha[j2, 0], alpha[j3, 0]
-        a01, a11, a21, a31 = alpha[j0, 1], alpha[j1, 1], alpha[j2, 1], alpha[j3, 1]
-        a02, a12, a22, a32 = alpha[j0, 2], alpha[j1, 2], alpha[j2, 2], alpha[j3, 2]
-        q0, q1, q2, q3 = Q[j0], Q[j1], Q[j2], Q[j3]
-        for i in range(n):
+        a00, a10, a20, a30 = C[j0, 0], C[j1, 0], C[j2, 0], C[j3, 0]
+        a01, a11, a21, a31 = C[j0, 1], C[j1, 1], C[j2, 1], C[j3, 1]
+        a02, a12, a22, a32 = C[j0, 2], C[j1, 2], C[j2, 2], C[j3, 2]
+        q0, q1, q2, q3 = X[j0], X[j1], X[j2], X[j3]
+        for i in range(m):
             x0, x1, x2, x3 = q0[i], q1[i], q2[i], q3[i]
             g = g0[i] + x0 * a00
             g = g + x1 * a10
@@ -212,18 +222,34 @@ def _gt(Q, y, state, alpha, bprime):
         k += 4
     while k < nr:
         j = rows[k]
-        a0, a1, a2 = alpha[j, 0], alpha[j, 1], alpha[j, 2]
-        for i in range(n):
-            q = Q[j, i]
-            gT[0, i] += q * a0
-            gT[1, i] += q * a1
-            gT[2, i] += q * a2
+        a0, a1, a2 = C[j, 0], C[j, 1], C[j, 2]
+        q = X[j]
+        for i in range(m):
+            g0[i] += q[i] * a0
+            g1[i] += q[i] * a1
+            g2[i] += q[i] * a2
         k += 1
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _gt(Q, y, M, alpha, bprime, SE):
+    """g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2): the E rows' part
+    ``SE`` (:func:`e_sums`) plus the margin rows' (by coefficient, so the loop over
+    rows runs over contiguous memory)."""
+    n = y.shape[0]
+    gT = SE.copy()
+    _rows_sum(Q, alpha, M, M.shape[0], gT, False)
     gt = np.empty((n, 3))
     for i in range(n):
         for t in range(3):
             gt[i, t] = gT[t, i] + y[i] * bprime[t]
     return gt
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _no_sums(n, m):
+    """An empty keep for :func:`e_sums` (for a partition solved on its own)."""
+    return np.zeros(n + 1, np.int8), np.empty((3, m))
 
 
 @njit(cache=True, nogil=True)
@@ -232,15 +258,21 @@ def system(Q, y, box, rcoef, state):
     (3,) and g~ = Q alpha + y b' (n, 3) as coefficients of (1, p1, p2), whether the
     bordered system was singular (least-norm solution) and whether it is consistent,
     and the region's inequalities."""
-    return _system(Q, y, box, rcoef, state)[:6]
+    gst, gsum = _no_sums(y.shape[0], y.shape[0])
+    return _system(Q, y, box, rcoef, state, gst, gsum)[:6]
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _system(Q, y, box, rcoef, state):
+def _system(Q, y, box, rcoef, state, gst, gsum):
     """:func:`system`, and its margin rows M and bordered matrix A (whose inverse
-    the walk keeps: :func:`bordered_inverse` without building A again)."""
+    the walk keeps: :func:`bordered_inverse` without building A again); the E rows'
+    part of g~ from the sums kept in ``gst``, ``gsum`` (:func:`e_sums`)."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
     m = M.shape[0]
+    SE = e_sums(Q, box, state, gst, gsum)
+    for a in range(m):
+        for t in range(3):
+            rhs[a + 1, t] -= SE[t, M[a]]
     big = 1.0
     for a in range(m + 1):
         for t in range(3):
@@ -266,7 +298,7 @@ def _system(Q, y, box, rcoef, state):
     for a in range(m):
         for t in range(3):
             alpha[M[a], t] = sol[a + 1, t]
-    gt = _gt(Q, y, state, alpha, bprime)
+    gt = _gt(Q, y, M, alpha, bprime, SE)
     ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
     return alpha, bprime, gt, ineq, singular, consistent, M, A
 
@@ -297,6 +329,26 @@ def numerators(KvT, y, state, alpha, bprime):
                 hT[1, v] += k * w1
                 hT[2, v] += k * w2
     return np.ascontiguousarray(hT.T)
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _numerators(KvT, y, yb, state, M, alpha, bprime, hst, hsum):
+    """:func:`numerators` of a partition with margin rows ``M``: the E rows' part
+    from the sums kept in ``hst``, ``hsum`` (:func:`e_sums`, ``yb`` = y box), then
+    the margin rows' and b'."""
+    n, nv = KvT.shape
+    hT = e_sums(KvT, yb, state, hst, hsum)
+    ya = np.empty((n, 3))
+    for k in range(M.shape[0]):
+        j = M[k]
+        for t in range(3):
+            ya[j, t] = y[j] * alpha[j, t]
+    _rows_sum(KvT, ya, M, M.shape[0], hT, False)
+    h = np.empty((nv, 3))
+    for v in range(nv):
+        for t in range(3):
+            h[v, t] = hT[t, v] + bprime[t]
+    return h
 
 
 @njit(cache=True, nogil=True)
@@ -528,7 +580,8 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
     conditions at (p1, p2): the worst violated row moves each round (with no
     consistent solution, the row nearest its margin joins M). Returns the partition
     and the number of corrections (:func:`corrected` says too whether it holds)."""
-    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds)
+    gst, gsum = _no_sums(y.shape[0], y.shape[0])
+    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds, gst, gsum)
     return out[0], out[1]
 
 
@@ -536,15 +589,17 @@ def correct(Q, y, box, rcoef, state, p1, p2, rounds):
 def corrected(Q, y, box, rcoef, state, p1, p2, rounds):
     """:func:`correct`, and whether the partition returned holds at (p1, p2) (its
     last round found no violation: no round of its own is needed to tell)."""
-    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds)
+    gst, gsum = _no_sums(y.shape[0], y.shape[0])
+    out = _corrected(Q, y, box, rcoef, state, p1, p2, rounds, gst, gsum)
     return out[0], out[1], out[2]
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _corrected(Q, y, box, rcoef, state, p1, p2, rounds):
+def _corrected(Q, y, box, rcoef, state, p1, p2, rounds, gst, gsum):
     """:func:`corrected`, and where the partition holds, its system as
     :func:`_system` gave it (alpha, b', g~, inequalities, singular, consistent, M,
-    A; the walk's solve of the partition it ends at).
+    A; the walk's solve of the partition it ends at); ``gst``, ``gsum``: the E rows'
+    sums kept (:func:`e_sums`; a round moves one row).
 
     A partition met again ends them: at a point on a boundary, two partitions can
     send a row to each other, one violating its line by a rounding (1.5e-13 on
@@ -571,7 +626,7 @@ def _corrected(Q, y, box, rcoef, state, p1, p2, rounds):
                     row = int(undo[c])
                     state[row] = undo_set[c]
                 return state, moves, False, none
-        sys_ = _system(Q, y, box, rcoef, state)
+        sys_ = _system(Q, y, box, rcoef, state, gst, gsum)
         ineq, gt = sys_[3], sys_[2]
         worst, k = 0.0, -1
         for j in range(ineq.shape[0]):
@@ -1295,6 +1350,13 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     short0 = diag[D_RING_SHORT]
     # a solve's margin rows and bordered matrix, for its inverse where it is kept
     Mf, Af = np.empty(0, np.int64), np.empty((0, 0))
+    # the E rows' sums of g~ and of the numerators last kept (:func:`e_sums`)
+    g_kept, g_sums = _no_sums(n, n)
+    h_kept, h_sums = _no_sums(n, nv)
+    yb = np.empty((n, 3))
+    for j in range(n):
+        for t in range(3):
+            yb[j, t] = y[j] * box[j, t]
     while head < tail:
         if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_AGE] > age_stop:
             status = WALK_MORE
@@ -1336,13 +1398,14 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             diag[D_UPDATES] += 1
         else:
             alpha, bprime, gt, ineq, singular, consistent, Mf, Af = _system(
-                Q, y, box, rcoef, st
+                Q, y, box, rcoef, st, g_kept, g_sums
             )
         miss = _miss(ineq, px, py) if has else -np.inf
         if correcting and miss > 0:
             # the walk has broken into islands that seeding reconnects only slowly:
             # the partition that holds just across the facet
-            st, moves, held, sys_ = _corrected(Q, y, box, rcoef, st, px, py, 10)
+            st, moves, held, sys_ = _corrected(Q, y, box, rcoef, st, px, py, 10,
+                                               g_kept, g_sums)  # fmt: skip
             diag[D_CORRECTIONS] += moves
             hst = _hash(st)
             k, slot = _slot(table, store, st, hst)
@@ -1354,7 +1417,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 dpt, dst, n_drop = _drop(dpt, dst, n_drop, px, py, st)
                 continue
             if not held:  # else its last round solved it
-                sys_ = _system(Q, y, box, rcoef, st)
+                sys_ = _system(Q, y, box, rcoef, st, g_kept, g_sums)
             alpha, bprime, gt, ineq, singular, consistent, Mf, Af = sys_
             fresh = True
             miss = _miss(ineq, px, py)
@@ -1400,7 +1463,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             r_state, r_off, r_vert, r_area, r_h, nreg, st, P, A
         )
         if fresh:
-            h = numerators(KvT, y, st, alpha, bprime)
+            h = _numerators(KvT, y, yb, st, Mf, alpha, bprime, h_kept, h_sums)
             Mc, Bc, depth = np.empty(0, np.int64), np.empty(0), 0
             if pool.shape[0] > 0:
                 # the inverse of the bordered matrix of its solve (as
