@@ -341,10 +341,11 @@ class Partitioner:
         # the compiled walk's ring of recorded regions' systems (float64s, 32 MB to
         # start), from which a neighbour's system is updated instead of solved (a
         # breadth-first walk meets a region's neighbours some way down its queue).
-        # Grown 4x at a time, up to pool_max_floats (1 GiB), while more than
+        # Grown 4x at a time, up to pool_max_floats (1 GiB), once an update reaches
+        # back more than RING_AGE_SHARE of the ring for its anchor, or more than
         # POOL_MISS_SHARE of the moves since the last growth find a system overwritten
         # that was written since (judged after each call of the walk, which stops at
-        # POOL_MISS_STOP such misses)
+        # the first or at POOL_MISS_STOP such misses)
         self.pool_floats = 1 << 22
         self.pool_max_floats = 1 << 27
         # an updated region's entry is its rank-one term on its parent's inverse (n +

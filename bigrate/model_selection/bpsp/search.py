@@ -286,9 +286,9 @@ class BPSPSearchCV(RateClassifierMixin, BaseEstimator):
         space, 600 rows up to ~182,000; regions grow faster than the rows); a region
         holds its partition (a byte per training row), its polygon and its invariant
         cells (~0.2 KB). Each task also keeps its walk's ring of recent
-        regions' systems: 32 MB, grown 4x at a time up to 1 GiB where the walk finds
-        its parents' systems overwritten (128 MB on spambase's 450 CV rows, 512 MB
-        on its 600). The local engine's threads keep the rings' buffers from task to
+        regions' systems: 32 MB, grown 4x at a time up to 1 GiB where the walk
+        reaches back most of it for its parents' systems (128 MB on spambase's 450 CV
+        rows, 512 MB on its 600). The local engine's threads keep the rings' buffers from task to
         task until the fit ends (new memory is zeroed page by page), so a fit can
         hold up to 1.7 GiB per thread where a ring reaches 1 GiB (the buffers of
         each size it grew through).
