@@ -1055,6 +1055,47 @@ def test_a_partition_holding_on_a_line_only_keeps_the_compiled_walk(
         np.testing.assert_allclose(f, Kv @ (a * yt) + b, atol=1e-6)
 
 
+def test_the_walk_skips_a_partition_of_no_area_and_stays_compiled():
+    """A partition whose system has no solution for any area of parameters (in the
+    (C+, C-) triangle, every row at its box: y^T alpha = 0 on n+ C+ = n- C- only) is
+    marked seen and skipped as a partition of no area: the walk goes on with the
+    rest of its queue and does not stop for the exact slow path, as it does for a
+    singular system with solutions (a non-unique dual). The hill-valley fold of the
+    test above met such a seed when it was written; none of the 100- to 200-row
+    folds does any more, so the walk is given one here."""
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.partition import CLIP_TOL, vertices_ccw
+
+    X, y = _data(30, seed=3)
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05, space="c_pos_c_neg")
+    n, rcoef = len(y), p.space.r_coef
+    line = np.full(n, K.E_SET, np.int8)  # M empty
+    assert K.system(p.Q, p.y, p.box, rcoef, line)[4:6] == (True, False)
+    # the partition at a point of the triangle, from a direct solve there
+    a, b = p.solve_at(0.2, 0.3)
+    start, _ = p.correct(p.state_from(a, b, 0.2, 0.3), 0.2, 0.3)
+    qst = np.stack([line, start]).astype(np.int8)
+
+    def walk(queue):
+        kd = np.zeros(K.N_DIAG)
+        out = K.walk(p.Q, p.y, p.box, rcoef, vertices_ccw(p.space.domain(0.05)),
+                     np.zeros((n, 0)), np.zeros(0), 1e-12, False,
+                     np.full((1024, 2), -1, np.int64), np.empty((256, n), np.int8), 0,
+                     queue, np.zeros((len(queue), 2)), np.zeros(len(queue), np.bool_),
+                     np.full((len(queue), 2), -1, np.int64), 0, len(queue),
+                     np.empty(1 << 20), np.zeros(2, np.int64), kd, CLIP_TOL,
+                     p.area_tol, 1e-7, True, 10**6, np.zeros((64, 2)),
+                     np.zeros((64, n), np.int8), 0, 4, np.inf, np.inf)  # fmt: skip
+        return out[0], out[3], len(out[16]), kd
+
+    status, seen, regions, kd = walk(qst)
+    assert status == K.WALK_DONE and kd[K.D_SINGULAR] == 0
+    assert kd[K.D_THIN] >= 1 and seen >= 2  # the line partition too, as seen
+    # the same regions as a walk from the point's partition alone
+    _, _, regions_alone, _ = walk(qst[1:].copy())
+    assert regions == regions_alone > 10
+
+
 def test_gaps_shrunk_by_the_regions_found_since_equal_the_gaps_of_a_new_union():
     """After the first union the gaps are shrunk by each round's new regions instead of
     re-uniting every region (what is covered only grows): the same gaps as the union
