@@ -684,13 +684,20 @@ def clip(V, lab, ineq, tol):
     x0, y0, x1, y1 = _box_of(X, k)
     for j in range(ineq.shape[0]):
         a, b = ineq[j, 0], ineq[j, 1]
-        # |(a, b)| by sqrt: no overflow at these magnitudes, 3x cheaper than hypot
-        c = ineq[j, 2] + tol * np.sqrt(a * a + b * b) if tol > 0 else ineq[j, 2]
         # the polygon's box inside the half-plane: so is every vertex (products and
         # sums round monotonically, so no vertex's d below can be > 0), and most of a
-        # region's inequalities pass here without a look at its vertices
-        if (a * x1 if a > 0 else a * x0) + (b * y1 if b > 0 else b * y0) - c <= 0:
+        # region's inequalities pass here without a look at its vertices, and
+        # without the square root of their tolerance where inside with none (so
+        # with it: a larger c can only make the sum smaller)
+        top = (a * x1 if a > 0 else a * x0) + (b * y1 if b > 0 else b * y0)
+        c = ineq[j, 2]
+        if top - c <= 0:
             continue
+        if tol > 0:
+            # |(a, b)| by sqrt: no overflow at these magnitudes, 3x cheaper than hypot
+            c = c + tol * np.sqrt(a * a + b * b)
+            if top - c <= 0:
+                continue
         if Y.shape[0] < 2 * k + 2:
             # a cut adds one vertex to a convex polygon, but rounding on nearly
             # collinear vertices can make it cross the line more often: at most one
@@ -1484,7 +1491,12 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         me = -1
         if Bc.shape[0] > 0 or not fresh:
             me = pool_put(pool, at, Mc, Bc, wc, cc, parent, alpha, bprime, gt, h, depth)
-        # the neighbour across every facet (Theorem 3)
+        # the neighbour across every facet (Theorem 3), into a queue with room for
+        # them all made first: arrays reassigned in the loop over the facets took
+        # and dropped a reference each a facet
+        qst, qpt, qhas, qlink, head, tail = _queue_room(
+            qst, qpt, qhas, qlink, head, tail, P.shape[0]
+        )
         for i in range(P.shape[0]):
             ok, nxt, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag)
             if not ok:
@@ -1492,21 +1504,6 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             hn = _hash(nxt) if mv < 0 else _rehashed(hst, st, nxt, mv // 4)
             if _slot(table, store, nxt, hn)[0] >= 0:
                 continue
-            if tail == qst.shape[0] and 2 * head >= tail:
-                # half of the queue popped: its live part moves to the front (the
-                # queue holds a frontier, not every partition ever pushed)
-                for q in range(head, tail):  # loops, not slice copies: see _jit
-                    for j in range(qst.shape[1]):
-                        qst[q - head, j] = qst[q, j]
-                    qpt[q - head, 0], qpt[q - head, 1] = qpt[q, 0], qpt[q, 1]
-                    qhas[q - head] = qhas[q]
-                    qlink[q - head, 0], qlink[q - head, 1] = qlink[q, 0], qlink[q, 1]
-                head, tail = 0, tail - head
-            elif tail == qst.shape[0]:
-                qst = _grow2(qst, 2 * tail)
-                qpt = _grow2(qpt, 2 * tail)
-                qhas = _grow1(qhas, 2 * tail)
-                qlink = _grow2(qlink, 2 * tail)
             for j in range(nxt.shape[0]):
                 qst[tail, j] = nxt[j]
             qlink[tail, 0], qlink[tail, 1] = me, mv
@@ -1546,6 +1543,32 @@ def _miss(ineq, px, py):
     for j in range(ineq.shape[0]):
         worst = max(worst, ineq[j, 0] * px + ineq[j, 1] * py - ineq[j, 2])
     return worst
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _queue_room(qst, qpt, qhas, qlink, head, tail, need):
+    """The walk's queue (qst, qpt, qhas, qlink; live from head to tail) with room for
+    ``need`` more at its tail: where it has not, its live part moved to the front if
+    half of it was popped (the queue holds a frontier, not every partition ever
+    pushed), and grown 2x if that is not room enough. Returns the arrays (new ones
+    where grown), head and tail."""
+    if tail + need <= qst.shape[0]:
+        return qst, qpt, qhas, qlink, head, tail
+    if 2 * head >= tail:
+        for q in range(head, tail):  # loops, not slice copies: see bigrate._jit
+            for j in range(qst.shape[1]):
+                qst[q - head, j] = qst[q, j]
+            qpt[q - head, 0], qpt[q - head, 1] = qpt[q, 0], qpt[q, 1]
+            qhas[q - head] = qhas[q]
+            qlink[q - head, 0], qlink[q - head, 1] = qlink[q, 0], qlink[q, 1]
+        head, tail = 0, tail - head
+    if tail + need > qst.shape[0]:
+        cap = max(2 * qst.shape[0], tail + need)
+        qst = _grow2(qst, cap)
+        qpt = _grow2(qpt, cap)
+        qhas = _grow1(qhas, cap)
+        qlink = _grow2(qlink, cap)
+    return qst, qpt, qhas, qlink, head, tail
 
 
 @njit(cache=True, nogil=True, internal=True)
@@ -2018,34 +2041,44 @@ def _cells_done(out):
 def _piece_cells(out, V, Hr, r, y_val, tol):
     """The cells of one convex piece ``V`` of region ``r`` (its validation rows'
     numerators ``Hr`` (n_val, 3)) appended to the records ``out`` (:func:`cells`);
-    returns them (new arrays where grown)."""
+    returns them (new arrays where grown).
+
+    The pieces cut so far are kept as one array of vertices and their offsets, not
+    as a list of arrays, and the rows whose lines miss them all are passed over by
+    :func:`_next_crossing`."""
     c_vert, c_off, c_reg, c_fn, c_fp, nc = out
     nv = y_val.shape[0]
-    work = [V.copy()]
-    for v in range(nv):
+    pv = np.empty((max(16, 2 * V.shape[0]), 2))
+    po = np.zeros(2, np.int64)
+    pv = _put_polygon(pv, po, 0, V)
+    npc = 1
+    v = -1
+    while True:
+        # most rows' lines miss every piece: nothing new for them
+        v = _next_crossing(pv, po, npc, Hr, v + 1, nv, tol)
+        if v == nv:
+            break
         h0, h1, h2 = Hr[v, 0], Hr[v, 1], Hr[v, 2]
         sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
-        # most rows' lines miss every piece: no new list for them (a list a row and
-        # piece was most of this kernel's time)
-        crossed = False
-        for W in work:
-            if _crossed(W, h0, h1, h2, sc):
-                crossed = True
-                break
-        if not crossed:
-            continue
-        nxt = []
-        for W in work:
-            if not _crossed(W, h0, h1, h2, sc):
-                nxt.append(W)
+        nx = np.empty((2 * po[npc] + 4 * npc + 8, 2))  # a cut adds <= 2 vertices
+        no = np.zeros(2 * npc + 2, np.int64)
+        m = 0
+        for q in range(npc):
+            a, b = po[q], po[q + 1]
+            if not _crossed(pv, a, b, h0, h1, h2, sc):
+                nx = _put_polygon(nx, no, m, pv[a:b])
+                m += 1
                 continue
-            lo, hi = _split(W, h1, h2, -h0)
+            lo, hi = _split(pv[a:b], h1, h2, -h0)
             if lo.shape[0] >= 3 and area(lo) > 0:
-                nxt.append(lo)
+                nx = _put_polygon(nx, no, m, lo)
+                m += 1
             if hi.shape[0] >= 3 and area(hi) > 0:
-                nxt.append(hi)
-        work = nxt
-    for W in work:
+                nx = _put_polygon(nx, no, m, hi)
+                m += 1
+        pv, po, npc = nx, no, m
+    for q in range(npc):
+        W = pv[po[q] : po[q + 1]]
         cx, cy = centroid(W)
         fn = fp = 0
         for v in range(nv):
@@ -2068,13 +2101,28 @@ def _piece_cells(out, V, Hr, r, y_val, tol):
     return c_vert, c_off, c_reg, c_fn, c_fp, nc
 
 
+@njit(cache=True, nogil=True, internal=True)
+def _next_crossing(pv, po, npc, Hr, v0, nv, tol):
+    """The first validation row from ``v0`` to ``nv`` whose line splits one of the
+    pieces (pv, po[:npc + 1]) (:func:`_crossed`), or ``nv``: a loop of its own, as the
+    caller's loop over the rows took and dropped a reference on each of its arrays
+    reassigned in it, a pair of atomic operations a row (~3% of a walk's time)."""
+    for v in range(v0, nv):
+        h0, h1, h2 = Hr[v, 0], Hr[v, 1], Hr[v, 2]
+        sc = tol * (max(abs(h0), abs(h1), abs(h2)) + 1e-300)
+        for q in range(npc):
+            if _crossed(pv, po[q], po[q + 1], h0, h1, h2, sc):
+                return v
+    return nv
+
+
 @njit(cache=True, nogil=True, internal=True, inline="always")
-def _crossed(W, h0, h1, h2, sc):
-    """Whether the line h0 + h1 p1 + h2 p2 = 0 splits the polygon W: vertices beyond
-    ``sc`` on both sides."""
+def _crossed(pv, a, b, h0, h1, h2, sc):
+    """Whether the line h0 + h1 p1 + h2 p2 = 0 splits the polygon pv[a:b]: vertices
+    beyond ``sc`` on both sides."""
     pos = neg = False
-    for i in range(W.shape[0]):
-        hv = h0 + h1 * W[i, 0] + h2 * W[i, 1]
+    for i in range(a, b):
+        hv = h0 + h1 * pv[i, 0] + h2 * pv[i, 1]
         if hv > sc:
             pos = True
         elif hv < -sc:
