@@ -91,14 +91,21 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(
 
 def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, synth):
     out = tmp_path / "runs"
-    # 60 epochs (several seconds): the Ctrl-C lands mid-training, after the first
-    # rounds, however fast the machine; only the Ctrl-C writes a checkpoint
-    body = train_body(synth, out, epochs=60, every=1000)
+    # 300 epochs (~5 s on a Zen 5 core; 60 took 1.1 s there, and a Ctrl-C a fixed
+    # second after the start landed after training on a loaded machine, with no
+    # checkpoint to name); only the Ctrl-C writes a checkpoint
+    body = train_body(synth, out, epochs=300, every=1000)
     whole = tmp_path / "whole"
     whole.mkdir()
-    run_cli("run", job_file(whole, train_body(synth, whole / "runs", epochs=60,
+    run_cli("run", job_file(whole, train_body(synth, whole / "runs", epochs=300,
                                               every=1000)), "--quiet", check=True)  # fmt: skip
     uninterrupted = load_model(only_run(whole / "runs") / "model")
+    # the Ctrl-C at half the uninterrupted run's training time after its start:
+    # mid-training, after the first rounds, however fast the machine
+    fit_s = [
+        e for e in events(only_run(whole / "runs")) if e["event"] == "train_finished"
+    ]
+    wait = fit_s[0]["seconds"] / 2
     proc = start_cli("run", job_file(tmp_path, body), "--quiet")
     t0 = time.time()
     while time.time() - t0 < 120:  # wait for training rounds to run
@@ -107,7 +114,7 @@ def test_ctrl_c_writes_a_checkpoint_and_prints_the_resume_command(tmp_path, synt
             if "train_started" in (runs[0] / "events.jsonl").read_text():
                 break
         time.sleep(0.01)
-    time.sleep(1.0)
+    time.sleep(wait)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     err = err.decode()
