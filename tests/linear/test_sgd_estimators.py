@@ -214,7 +214,7 @@ def test_bad_data(tmp_path):
         NeymanPearsonSGD().fit(Xn, y)
     with pytest.raises(ValueError, match="q"):
         QValueSGD(q=1.0).fit(X, y)
-    clf = NeymanPearsonSGD(epochs=1, calibrate=None).fit(X, y)
+    clf = NeymanPearsonSGD(epochs=1, calibrate=None, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="10 features"):
         clf.decision_function(np.zeros((3, 7)))
     ds = write_dataset(tmp_path / "ds", X, y)
