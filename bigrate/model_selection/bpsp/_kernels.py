@@ -36,7 +36,7 @@ D_RING_SHORT = 8
 D_RING_AGE = 9
 N_DIAG = 10
 # generations of updates (:func:`update`) before a system is solved from scratch again
-MAX_UPDATES = 64
+MAX_UPDATES = 1024
 # the largest residual of an updated system, relative to its largest g~ coefficient
 # (a solve from scratch leaves 1e-14 to 1e-12), beyond which it is solved from scratch
 UPDATE_RESIDUAL = 1e-12
