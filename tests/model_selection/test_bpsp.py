@@ -255,13 +255,19 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
     assert d_big.pool_misses == 0 and d_big.pool_mb == 32
     assert d_fixed.pool_mb == 4096 * 8 / 2**20
     assert d_grows.pool_mb > d_fixed.pool_mb and d_grows.pool_misses > 0
-    # growing, most regions are updated from their parents; without, hardly any
+    # growing, most regions are updated from their parents; without, the ring loses
+    # many (1,590 of 10,232 here), but the walk's runs (_kernels.CHAIN_RUN) take a
+    # region's neighbour right after it, whose parent the few entries still hold
+    # (8,385 updated; breadth-first alone: under 10%)
     assert d_grows.updated_systems > 0.75 * d_big.updated_systems
-    assert d_fixed.updated_systems < 0.1 * d_big.updated_systems
+    assert d_fixed.pool_misses > 0.1 * d_big.regions
+    assert d_grows.updated_systems > d_fixed.updated_systems
+    assert d_fixed.updated_systems > 0.6 * d_big.updated_systems
     assert d_grows.regions == d_big.regions == d_fixed.regions
     # the same cells, up to the rounding of systems updated along other paths (the
     # parents the small ring lost were solved from scratch): as many, of the same
-    # areas to 1e-10 (a cell of area 0.06 can gain a vertex all but collinear), their
+    # areas to 1e-10 or 1e-8 of theirs (a cell of area 0.06 can gain a vertex all but
+    # collinear: 1.06e-10 apart where the walk's runs changed its paths), their
     # counts equal but on slivers below what the best point considers (PIECE_TOL: a
     # cell of area 4.5e-12 changes sides at a rounding of h)
     from bigrate.model_selection.bpsp import _kernels as K
@@ -272,7 +278,7 @@ def test_the_walks_ring_grows_and_keeps_its_entries():
                          for i in range(len(c["fn"]))])  # fmt: skip
 
     assert len(grows["fn"]) == len(big["fn"])
-    np.testing.assert_allclose(areas(grows), areas(big), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(areas(grows), areas(big), rtol=1e-8, atol=1e-10)
     for key in ("fn", "fp"):
         for c in np.flatnonzero(np.asarray(grows[key]) != np.asarray(big[key])):
             assert areas(big)[c] < PIECE_TOL
@@ -680,7 +686,8 @@ def test_the_ring_grows_before_the_walk_reaches_back_its_whole_length():
     """The ring grows once an update has read an anchor more than RING_AGE_SHARE of
     the ring back (the walk stops for it within a call), before parents are lost:
     far fewer of them are solved from scratch than where only lost parents make it
-    grow, in a ring of the same final size, with the same regions."""
+    grow, in a ring of the same final size (both let grow to 8 MB), with the same
+    regions."""
     X, y = _data(100, seed=11)
     Xv, yv = _data(40, seed=12)
     Kv = cross_kernel(Xv, X, "rbf", 0.5, 0.0, 3)
@@ -688,12 +695,13 @@ def test_the_ring_grows_before_the_walk_reaches_back_its_whole_length():
     for share in (Partitioner.RING_AGE_SHARE, np.inf):
         part = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
         part.pool_floats, part.CHUNK, part.RING_AGE_SHARE = 1 << 16, 10**6, share
+        part.pool_max_floats = 1 << 20
         part.run_cells(Kv, yv)
         diags[share] = part.diag
     by_age, by_misses = diags.values()
     assert by_age.regions == by_misses.regions
     assert by_age.pool_mb == by_misses.pool_mb == 8
-    # 78 against 347 (the ring grows 4x at a time, from 0.5 MB)
+    # 120 against 339 (the ring grows 4x at a time, from 0.5 MB)
     assert by_age.pool_misses < 0.4 * by_misses.pool_misses
     assert by_age.updated_systems > by_misses.updated_systems
 
@@ -1083,7 +1091,7 @@ def test_the_walk_skips_a_partition_of_no_area_and_stays_compiled():
                      np.full((1024, 2), -1, np.int64), np.empty((256, n), np.int8), 0,
                      queue, np.zeros((len(queue), 2)), np.zeros(len(queue), np.bool_),
                      np.full((len(queue), 2), -1, np.int64), 0, len(queue),
-                     np.empty(1 << 20), np.zeros(2, np.int64), kd, CLIP_TOL,
+                     np.empty(1 << 20), np.zeros(3, np.int64), kd, CLIP_TOL,
                      p.area_tol, 1e-7, True, 10**6, np.zeros((64, 2)),
                      np.zeros((64, n), np.int8), 0, 4, np.inf, np.inf)  # fmt: skip
         return out[0], out[3], len(out[16]), kd
@@ -1246,15 +1254,16 @@ def _class_areas(cells):
 def test_cells_of_overlapping_regions_keep_the_walks_cells_where_nothing_was_given_up(
     tmp_path, shared_data
 ):
-    """Where the walk's regions overlap (hill-valley's 150 rows, fold 3's triangle:
-    12 overlaps; which folds overlap moves with the rounding of the solves), the
+    """Where the walk's regions overlap (hill-valley's 150 rows, fold 1's triangle:
+    5 or 6 overlaps; which folds overlap moves with the rounding of the solves and
+    with the walk's order), the
     regions that gave up nothing keep the cells the walk made, and
     only the others' are made anew: the same cells' classes and areas as making
     every region's cells anew (which solved every region's system again and doubled
     a hill-valley fold's time)."""
     from bigrate.kernel.smo import cross_kernel
 
-    Xt, yt, w, g, Xv = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 3)
+    Xt, yt, w, g, Xv = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 1)
     yv = np.where(Xv[:, 0] + Xv[:, 1] > 0, 1.0, -1.0)
     Kv = cross_kernel(Xv, Xt, "rbf", g, 0.0, 3)
 
@@ -1265,7 +1274,7 @@ def test_cells_of_overlapping_regions_keep_the_walks_cells_where_nothing_was_giv
     p, q = part(), part()
     fast = p.run_cells(Kv, yv)
     slow = q._cells_of(q.run(), Kv, yv)
-    assert p.diag.overlaps == q.diag.overlaps >= 5
+    assert p.diag.overlaps == q.diag.overlaps >= 3
     assert p.diag.regions == len(q.run())
     a, b = _class_areas(fast), _class_areas(slow)
     assert a.keys() == b.keys()
@@ -1282,7 +1291,7 @@ def test_seeds_solved_from_their_failed_corrections_find_the_same_regions(
     """Where a gap seed's corrections go round a cycle, its direct solve starts from
     the solution of the partition they ended at, not from 0: a few SMO steps from
     the point's solution. The regions are the same (hill-valley's 150 rows, fold 1's
-    rectangle: 31 such solves, 39,195 SMO steps from 0, 153 so)."""
+    rectangle: 13 such solves, 15,567 SMO steps from 0, 139 so)."""
     Xt, yt, w, g, _ = _cv_fold(tmp_path, shared_data, "hill_valley", 150, 1)
     got = {}
     for warm in (False, True):
@@ -1293,7 +1302,7 @@ def test_seeds_solved_from_their_failed_corrections_find_the_same_regions(
     assert cold == warm
     assert dw.direct_solves == dc.direct_solves >= 10
     assert dw.solve_steps <= dc.solve_steps / 20
-    assert dw.solve_steps <= 10 * dw.direct_solves
+    assert dw.solve_steps <= 20 * dw.direct_solves
 
 
 def test_a_neighbours_hash_from_its_parents_is_its_own():

@@ -25,7 +25,8 @@ belongs to. A piece whose guessed partition does not hold there (degenerate cros
 several rows change at once) is seeded by a direct solve (our SMO) at one of its
 points, the partition then corrected by an active-set loop. The default method
 ("neighbours") records each critical region once, whole, and walks to the neighbour
-across each facet (Theorem 3) breadth-first; a move is first checked at a point just
+across each facet (Theorem 3), breadth-first but for short runs each to the
+last neighbour queued (the parent's system still in the caches); a move is first checked at a point just
 across the facet, and where the region's solution carried there breaks several rows
 (a degenerate crossing) they all move. Gaps are seeded by direct solves and
 overlapping regions (non-unique solutions) give the overlap to the earlier one.
@@ -339,8 +340,9 @@ class Partitioner:
         # regions either way, 10 corrections)
         self.correct_after = 0
         # the compiled walk's ring of recorded regions' systems (float64s, 32 MB to
-        # start), from which a neighbour's system is updated instead of solved (a
-        # breadth-first walk meets a region's neighbours some way down its queue).
+        # start), from which a neighbour's system is updated instead of solved (the
+        # walk, breadth-first between its runs, meets most of a region's neighbours
+        # some way down its queue).
         # Grown 4x at a time, up to pool_max_floats (1 GiB), once an update reaches
         # back more than RING_AGE_SHARE of the ring for its anchor, or more than
         # POOL_MISS_SHARE of the moves since the last growth find a system overwritten
@@ -356,7 +358,9 @@ class Partitioner:
         # inverse every region, a ring grown to 512 MB and 7.0 s of walk; every 5th
         # (4), 128 MB and 5.4-5.8 s; every 17th, 512 MB again: a breadth-first walk
         # reaches a region's child a frontier of regions later, so an anchor must
-        # live chain_max frontiers
+        # live chain_max frontiers. With the walk's runs (_kernels.CHAIN_RUN),
+        # spambase 600's fold 0 takes 6.8-7.0 s at 4, 8 and 16 alike (2: 8.6 s
+        # before the runs, against 7.4-8.1 at 4)
         self.chain_max = 4
         # how the gaps the probe points miss are found: "edges", points in them from
         # the uncovered stretches of the regions' edges (:meth:`_edge_seeds`, compiled),
@@ -520,8 +524,8 @@ class Partitioner:
 
     def _run_compiled(self, progress=None, Kv=None, y_val=None, keep_h=False):
         """The neighbour walk in compiled code (:func:`_kernels.walk`): each critical
-        region once, whole, breadth-first from a direct solve to the neighbour across
-        every facet (Theorem 3). Coverage is checked by summing the regions' areas;
+        region once, whole, from a direct solve to the neighbour across every facet
+        (Theorem 3), breadth-first but for short runs (:data:`_kernels.CHAIN_RUN`). Coverage is checked by summing the regions' areas;
         only where they fall short of the domain's is the uncovered part found by a
         GEOS union and seeded by direct solves, and only where they exceed it
         (overlapping regions) do the later regions give up the overlap. Returns a
@@ -554,7 +558,7 @@ class Partitioner:
         # each queued partition's parent system in the pool and its move (-1: none)
         qlink = np.full((256, 2), -1, np.int64)
         alloc = np.empty if self.rings is None else self.rings.take
-        pool, at = alloc(self.pool_floats), np.zeros(2, np.int64)
+        pool, at = alloc(self.pool_floats), np.zeros(3, np.int64)
         kd = np.zeros(_k.N_DIAG)
         chunks: list = []
         n_chunks = 0  # chunks whose regions are in pieces
