@@ -34,7 +34,10 @@ D_RING_SHORT = 8
 # position), among those written since the ring last grew: how far back the walk
 # reaches into its ring, which nears the ring's size before parents are lost
 D_RING_AGE = 9
-N_DIAG = 10
+# ... and how many updates read an anchor further back than the walk's age_stop
+# since the ring last grew (the walk stops at each, for its caller to judge them)
+D_RING_FAR = 10
+N_DIAG = 11
 # the walk's order: a region's last queued neighbour next, while that has been so
 # for at most CHAIN_RUN regions in a row, and otherwise the oldest queued (breadth
 # first). Breadth-first alone read every parent's system a frontier of regions back
@@ -1337,8 +1340,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
 
     The call also returns (WALK_MORE) once ``miss_stop`` moves have found their
     parent's entry overwritten since the ring last grew (``D_RING_SHORT``), or once
-    an update has read an anchor more than ``age_stop`` floats back
-    (``D_RING_AGE``), so the caller can grow the ring before the rest of its budget
+    an update has read an anchor more than ``age_stop`` floats back (counted in
+    ``D_RING_FAR``), so the caller can grow the ring before the rest of its budget
     runs on one too small.
 
     ``dpt[:n_drop]`` (grown as needed, returned after the queue): the probe points of
@@ -1366,7 +1369,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     nthin = 0
     dom_lab = np.full(dom.shape[0], -1, np.int64)
     status = WALK_DONE
-    short0 = diag[D_RING_SHORT]
+    short0, far0 = diag[D_RING_SHORT], diag[D_RING_FAR]
     # a solve's margin rows and bordered matrix, for its inverse where it is kept
     Mf, Af = np.empty(0, np.int64), np.empty((0, 0))
     # the E rows' sums of g~ and of the numerators last kept (:func:`e_sums`)
@@ -1380,7 +1383,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         raise ValueError("at must hold the ring's two positions and the run's length")
     hot = at[2]
     while head < tail:
-        if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_AGE] > age_stop:
+        if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_FAR] > far0:
             status = WALK_MORE
             break
         if hot > 0 and hot <= CHAIN_RUN and tail - 1 > head:
@@ -1414,6 +1417,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             depth, chain = int(pool[s + 1]), int(pool[s + 5])
             if pool[s + 3] >= at[1]:
                 diag[D_RING_AGE] = max(diag[D_RING_AGE], at[0] - pool[s + 3])
+                if at[0] - pool[s + 3] > age_stop:
+                    diag[D_RING_FAR] += 1
             if depth < MAX_UPDATES:
                 ok, Mc, wc, cc, alpha, bprime, gt, h, ineq = update(
                     Q, y, box, rcoef, KvT, st, move // 4, move % 4, pool, parent

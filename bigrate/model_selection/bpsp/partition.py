@@ -624,7 +624,10 @@ class Partitioner:
                 moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
                 misses = kd[_k.D_RING_SHORT] - seen_misses
                 lost = misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
-                short = lost or kd[_k.D_RING_AGE] > self.RING_AGE_SHARE * len(pool)
+                far = kd[_k.D_RING_FAR] > self.POOL_MISS_SHARE * max(
+                    moves - seen_moves, 1.0
+                )
+                short = lost or far
                 if short and len(pool) < self.pool_max_floats:
                     old = pool
                     pool = self._grown(
@@ -634,6 +637,7 @@ class Partitioner:
                         self.rings.give(old)
                     seen_moves, seen_misses = moves, kd[_k.D_RING_SHORT]
                     kd[_k.D_RING_AGE] = 0.0  # anchors written since, in this ring
+                    kd[_k.D_RING_FAR] = 0.0
                 new, thin = out[13:23], out[23:]
                 if len(thin[0]):
                     thins.append(thin)
@@ -776,7 +780,13 @@ class Partitioner:
     #: 128 MB ring over 70,000 regions, then 314 parents were lost (solved from
     #: scratch, ~1 ms each) before the misses made it grow (682 in all; 21 by this
     #: rule, as large a ring); hill-valley's folds reach 0.83 of 32 MB at most, and
-    #: lose none
+    #: lose none. It grows where such reads since it last grew are more than
+    #: POOL_MISS_SHARE of the moves, not at the first: with the walk's runs
+    #: (_kernels.CHAIN_RUN) a neighbour left queued long can reach back far now and
+    #: then while the rest stay well inside (spambase 600's fold 0: a read at 0.98 of
+    #: a 512 MB ring grew it to 1 GiB, with the same 84 parents lost either way; the
+    #: new memory, zeroed by the kernel page by page, cost the thread's first task
+    #: 2.3 s)
     RING_AGE_SHARE = 0.9
     #: a call of the walk stops at this many misses since the ring last grew, for it
     #: to grow then: judged only after a call of CHUNK regions, a ring too small for
