@@ -1333,10 +1333,11 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     regions' systems, ``at[0]`` its write position (grows without wrapping: an entry
     at v is intact while at[0] <= v + len(pool)), ``at[1]`` where it was when the
     ring last grew, ``at[2]`` the length of the walk's run so far (kept from call to
-    call, so that where the calls stop does not change the order). An updated region's entry holds its rank-one term on its parent's
-    inverse, not its own inverse (:func:`update`), but where that would make more
-    than ``chain_max`` terms since the last inverse written out: then its inverse is
-    written (:func:`explicit_inverse`).
+    call, so that where the calls stop does not change the order). An updated
+    region's entry holds its rank-one term on its parent's inverse, not its own
+    inverse (:func:`update`), but where that would make more than ``chain_max``
+    terms since the last inverse written out: then its inverse is written
+    (:func:`explicit_inverse`).
 
     The call also returns (WALK_MORE) once ``miss_stop`` moves have found their
     parent's entry overwritten since the ring last grew (``D_RING_SHORT``), or once

@@ -25,11 +25,12 @@ belongs to. A piece whose guessed partition does not hold there (degenerate cros
 several rows change at once) is seeded by a direct solve (our SMO) at one of its
 points, the partition then corrected by an active-set loop. The default method
 ("neighbours") records each critical region once, whole, and walks to the neighbour
-across each facet (Theorem 3), breadth-first but for short runs each to the
-last neighbour queued (the parent's system still in the caches); a move is first checked at a point just
-across the facet, and where the region's solution carried there breaks several rows
-(a degenerate crossing) they all move. Gaps are seeded by direct solves and
-overlapping regions (non-unique solutions) give the overlap to the earlier one.
+across each facet (Theorem 3), breadth-first but for short runs each to the last
+neighbour queued (the parent's system still in the caches); a move is first checked
+at a point just across the facet, and where the region's solution carried there
+breaks several rows (a degenerate crossing) they all move. Gaps are seeded by direct
+solves and overlapping regions (non-unique solutions) give the overlap to the earlier
+one.
 
 The (C+, C-) triangle C+ + C- <= 1 is partitioned the same way in the 2C-SVM's own
 dual (boxes C+ / C-, margin level 1), where the solution is affine in (C+, C-): see
@@ -343,9 +344,9 @@ class Partitioner:
         # start), from which a neighbour's system is updated instead of solved (the
         # walk, breadth-first between its runs, meets most of a region's neighbours
         # some way down its queue).
-        # Grown 4x at a time, up to pool_max_floats (1 GiB), once an update reaches
-        # back more than RING_AGE_SHARE of the ring for its anchor, or more than
-        # POOL_MISS_SHARE of the moves since the last growth find a system overwritten
+        # Grown 4x at a time, up to pool_max_floats (1 GiB), once more than
+        # POOL_MISS_SHARE of the moves since the last growth reach back more than
+        # RING_AGE_SHARE of the ring for their anchor, or find a system overwritten
         # that was written since (judged after each call of the walk, which stops at
         # the first or at POOL_MISS_STOP such misses)
         self.pool_floats = 1 << 22
@@ -525,7 +526,8 @@ class Partitioner:
     def _run_compiled(self, progress=None, Kv=None, y_val=None, keep_h=False):
         """The neighbour walk in compiled code (:func:`_kernels.walk`): each critical
         region once, whole, from a direct solve to the neighbour across every facet
-        (Theorem 3), breadth-first but for short runs (:data:`_kernels.CHAIN_RUN`). Coverage is checked by summing the regions' areas;
+        (Theorem 3), breadth-first but for short runs (:data:`_kernels.CHAIN_RUN`).
+        Coverage is checked by summing the regions' areas;
         only where they fall short of the domain's is the uncovered part found by a
         GEOS union and seeded by direct solves, and only where they exceed it
         (overlapping regions) do the later regions give up the overlap. Returns a
