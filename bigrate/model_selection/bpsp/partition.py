@@ -625,11 +625,10 @@ class Partitioner:
                  tail, dpt, dst, n_drop) = out[:13]  # fmt: skip
                 moves = kd[_k.D_UPDATES] + kd[_k.D_POOL_MISSES]
                 misses = kd[_k.D_RING_SHORT] - seen_misses
-                lost = misses > self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
-                far = kd[_k.D_RING_FAR] > self.POOL_MISS_SHARE * max(
-                    moves - seen_moves, 1.0
-                )
-                short = lost or far
+                # lost parents, or updates that read far back, beyond a share of
+                # the moves since the ring last grew
+                allowed = self.POOL_MISS_SHARE * max(moves - seen_moves, 1.0)
+                short = misses > allowed or kd[_k.D_RING_FAR] > allowed
                 if short and len(pool) < self.pool_max_floats:
                     old = pool
                     pool = self._grown(
