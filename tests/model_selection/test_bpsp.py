@@ -167,6 +167,23 @@ def test_threads_give_one_threads_partition_bit_for_bit():
         BPSPSearchCV(n_workers=0, **kw).fit(X, y)
 
 
+def test_overlapping_regions_do_not_hide_a_gap_from_the_areas_sum():
+    """The walk stops looking for gaps where its regions' areas add up to the
+    domain's (:func:`areas_cover`), but not where overlaps beyond the strips of
+    CLIP_TOL along their edges make up for a gap: then the sum says nothing."""
+    from bigrate.model_selection.bpsp.partition import CLIP_TOL, areas_cover
+
+    tol, perim = 1e-9, 100.0
+    assert areas_cover(0.99, 0.99, 0.0, perim, tol)
+    assert areas_cover(0.99, 0.99 - 5e-10, 0.0, perim, tol)  # within area_tol
+    assert areas_cover(0.99, 0.99 - 3e-9, 2.5e-9, perim, tol)  # the thin ones'
+    assert not areas_cover(0.99, 0.99 - 3e-9, 0.0, perim, tol)  # a gap
+    # neighbours overlap by strips of CLIP_TOL along their edges
+    assert areas_cover(0.99, 0.99 + 0.5 * CLIP_TOL * perim, 0.0, perim, tol)
+    # an overlap of 2e-7 beyond them, hiding a gap of as much
+    assert not areas_cover(0.99, 0.99 + 2e-7, 0.0, perim, tol)
+
+
 def test_rings_kept_from_one_partition_to_the_next_change_nothing():
     """A partition whose rings come from buffers kept from the one before (Rings)
     makes the same cells and walk, bit for bit, without new memory the second time;

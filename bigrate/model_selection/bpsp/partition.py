@@ -565,6 +565,7 @@ class Partitioner:
         chunks: list = []
         n_chunks = 0  # chunks whose regions are in pieces
         covered, n_regions = 0.0, 0
+        perimeter = 0.0  # the regions' summed perimeter
         probe = -1.0 if self.probe is None else float(self.probe)
         correcting = self.correct_after <= 0
         rng = np.random.default_rng(0)
@@ -653,6 +654,7 @@ class Partitioner:
                 if len(new[3]):
                     chunks.append(new)
                     covered += float(new[3].sum())
+                    perimeter += _perimeters(new[1], new[2])
                     found += len(new[3])
                     n_regions += len(new[3])
                     if progress is not None:
@@ -660,7 +662,8 @@ class Partitioner:
                     self._guard(n_regions, covered, total)
                 if status == _k.WALK_DONE:
                     break
-            if total - covered <= self.area_tol + kd[_k.D_THIN_AREA]:
+            if areas_cover(total, covered, float(kd[_k.D_THIN_AREA]), perimeter,
+                           self.area_tol):  # fmt: skip
                 gaps = []  # every region found: no union needed
                 break
             t0 = time.perf_counter()
@@ -1219,6 +1222,19 @@ class Partitioner:
         self.diag.unresolved_pieces += 1
         self.diag.unresolved_area += X.area
         return None, None, None, None, None
+
+
+def areas_cover(total, covered, thin, perimeter, area_tol):
+    """Whether regions of summed area ``covered`` (and thin ones of ``thin``) cover a
+    domain of area ``total`` with no gap: they fall short of it by area_tol at most,
+    and add up to no more than it and the strips of CLIP_TOL along their edges
+    (summed ``perimeter``) where neighbours meet. Beyond that some overlap, and the
+    sum would hide as large a gap: a walk whose updates were refined (an experiment)
+    gave hill-valley 150's fold 2 rectangle 12 overlaps and 14,870 regions whose
+    areas added up, the gaps of the 30 it never found searched for once this
+    told."""
+    overlap = covered - total > area_tol + CLIP_TOL * perimeter
+    return total - covered <= area_tol + thin and not overlap
 
 
 def _perimeters(vert, off):
