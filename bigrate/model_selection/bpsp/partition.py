@@ -737,10 +737,8 @@ class Partitioner:
             d.unresolved_pieces += len(left)
             d.unresolved_area += max(total - covered - d.thin_area, 0.0)
         walked = self._gather(chunks, KvT.shape[1])
-        # regions reach CLIP_TOL past their lines, so neighbours share a strip of
-        # that width along every edge: more than that is an overlap
-        slack = self.area_tol + CLIP_TOL * _perimeters(walked.vert, walked.off)
-        if covered > total + slack:  # overlapping regions: the earlier keeps it
+        if regions_overlap(total, covered, perimeter, self.area_tol):
+            # the earlier of two overlapping regions keeps what they share
             walked.regions = self._regions(walked)
             walked.changed = self._give_up_overlaps(
                 walked.regions, (walked.vert, walked.off)
@@ -1224,17 +1222,24 @@ class Partitioner:
         return None, None, None, None, None
 
 
+def regions_overlap(total, covered, perimeter, area_tol):
+    """Whether regions of summed area ``covered`` and summed ``perimeter`` in a
+    domain of area ``total`` overlap: regions reach CLIP_TOL past their lines, so
+    neighbours share a strip of that width along every edge; more than that (and
+    area_tol) is an overlap."""
+    return covered - total > area_tol + CLIP_TOL * perimeter
+
+
 def areas_cover(total, covered, thin, perimeter, area_tol):
     """Whether regions of summed area ``covered`` (and thin ones of ``thin``) cover a
     domain of area ``total`` with no gap: they fall short of it by area_tol at most,
-    and add up to no more than it and the strips of CLIP_TOL along their edges
-    (summed ``perimeter``) where neighbours meet. Beyond that some overlap, and the
-    sum would hide as large a gap: a walk whose updates were refined (an experiment)
-    gave hill-valley 150's fold 2 rectangle 12 overlaps and 14,870 regions whose
-    areas added up, the gaps of the 30 it never found searched for once this
-    told."""
-    overlap = covered - total > area_tol + CLIP_TOL * perimeter
-    return total - covered <= area_tol + thin and not overlap
+    and do not overlap (:func:`regions_overlap`), which would hide as large a gap
+    from the sum: a walk whose updates were refined (an experiment) gave hill-valley
+    150's fold 2 rectangle 12 overlaps and 14,870 regions whose areas added up, the
+    gaps of the 30 it never found searched for once this told."""
+    return total - covered <= area_tol + thin and not regions_overlap(
+        total, covered, perimeter, area_tol
+    )
 
 
 def _perimeters(vert, off):
