@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from bigrate._jit import njit
+from bigrate._lapack import lu_inverse, lu_solve
 
 R_SET, M_SET, E_SET = 0, 1, 2
 LOWER, UPPER, E_ROW, R_ROW = 0, 1, 2, 3
@@ -276,8 +277,9 @@ def system(Q, y, box, rcoef, state):
 
 @njit(cache=True, nogil=True, internal=True)
 def _system(Q, y, box, rcoef, state, gst, gsum):
-    """:func:`system`, and its margin rows M and bordered matrix A (whose inverse
-    the walk keeps: :func:`bordered_inverse` without building A again); the E rows'
+    """:func:`system`, and its margin rows M and the LU factors of its bordered
+    matrix A (:func:`bigrate._lapack.lu_solve`: the walk keeps A's inverse,
+    :func:`bordered_inverse` without building or factorising A again); the E rows'
     part of g~ from the sums kept in ``gst``, ``gsum`` (:func:`e_sums`)."""
     M, A, rhs, alpha = _bordered(Q, y, box, rcoef, state)
     m = M.shape[0]
@@ -291,12 +293,9 @@ def _system(Q, y, box, rcoef, state, gst, gsum):
             big = max(big, abs(rhs[a, t]))
     scale = 1e-8 * big
     singular, consistent = False, True
-    ok = True
-    sol = np.zeros((m + 1, 3))
-    try:
-        sol = np.linalg.solve(A, rhs)
-    except Exception:  # noqa: BLE001 (numba raises a bare Exception)
-        ok = False
+    # A's LU factors kept for its inverse where the walk keeps that (lu_inverse):
+    # the solve's and the inverse's factorisations were a third of a fresh solve
+    ok, sol, lu, ipiv = lu_solve(A, rhs)
     if ok and _residual(A, sol, rhs) > scale:
         ok = False
     if not ok:
@@ -312,7 +311,7 @@ def _system(Q, y, box, rcoef, state, gst, gsum):
             alpha[M[a], t] = sol[a + 1, t]
     gt = _gt(Q, y, M, alpha, bprime, SE)
     ineq = inequalities(alpha, gt, state, box, rcoef, consistent)
-    return alpha, bprime, gt, ineq, singular, consistent, M, A
+    return alpha, bprime, gt, ineq, singular, consistent, M, (lu, ipiv)
 
 
 @njit(cache=True, nogil=True)
@@ -622,7 +621,7 @@ def _corrected(Q, y, box, rcoef, state, p1, p2, rounds, gst, gsum):
     n = y.shape[0]
     moves = 0
     none = (np.empty((0, 3)), np.empty(3), np.empty((0, 3)), np.empty((0, 5)), False,
-            False, np.empty(0, np.int64), np.empty((0, 0)))  # fmt: skip
+            False, np.empty(0, np.int64), (np.empty((0, 0)).T, np.empty(0, np.int32)))  # fmt: skip
     met = np.empty(rounds, np.uint64)  # the hashes of the partitions met
     worst_of = np.empty(rounds)  # and their worst violations
     undo, undo_set = np.empty(rounds, np.int64), np.empty(rounds, np.int8)  # moves
@@ -1372,7 +1371,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     status = WALK_DONE
     short0, far0 = diag[D_RING_SHORT], diag[D_RING_FAR]
     # a solve's margin rows and bordered matrix, for its inverse where it is kept
-    Mf, Af = np.empty(0, np.int64), np.empty((0, 0))
+    Mf, Af = np.empty(0, np.int64), (np.empty((0, 0)).T, np.empty(0, np.int32))
     # the E rows' sums of g~ and of the numerators last kept (:func:`e_sums`)
     g_kept, g_sums = _no_sums(n, n)
     h_kept, h_sums = _no_sums(n, nv)
@@ -1502,7 +1501,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             if pool.shape[0] > 0:
                 # the inverse of the bordered matrix of its solve (as
                 # bordered_inverse, which would build it again)
-                Mc, Bc = Mf, packed_symmetric(np.linalg.inv(Af))
+                Mc, Bc = Mf, packed_symmetric(lu_inverse(Af[0], Af[1]))
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
