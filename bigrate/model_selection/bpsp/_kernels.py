@@ -74,6 +74,14 @@ def inequalities(alpha, gt, state, box, rcoef, consistent):
     a_M - box <= 0, g~_E - r <= 0, r - g~_R <= 0, each coef . (1, p1, p2) <= 0; an
     inconsistent system adds 0 <= -1 (an empty region)."""
     n = state.shape[0]
+    return _inequalities_into(alpha, gt, state, box, rcoef, consistent,
+                              np.empty((2 * n + 1, 5)))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _inequalities_into(alpha, gt, state, box, rcoef, consistent, buf):
+    """:func:`inequalities` as the first rows of ``buf`` (2 n + 1 rows at least)."""
+    n = state.shape[0]
     m = e = 0
     for i in range(n):
         if state[i] == M_SET:
@@ -81,7 +89,7 @@ def inequalities(alpha, gt, state, box, rcoef, consistent):
         elif state[i] == E_SET:
             e += 1
     r = n - m - e
-    out = np.empty((2 * m + e + r + (0 if consistent else 1), 5))
+    out = buf[: 2 * m + e + r + (0 if consistent else 1)]
     k = 0
     for i in range(n):  # -a <= 0
         if state[i] == M_SET:
@@ -364,6 +372,27 @@ def _numerators(KvT, y, yb, state, M, alpha, bprime, hst, hsum):
 
 @njit(cache=True, nogil=True)
 def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
+    """:func:`_update` in arrays of its own (:func:`update_space`)."""
+    return _update(Q, y, box, rcoef, KvT, state, row, kind, pool, v,
+                   update_space(y.shape[0], KvT.shape[1]))  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def update_space(n, nv):
+    """The arrays :func:`_update` works and answers in, for n training and nv
+    validation rows: made once a walk, so that an update allocates nothing (it
+    allocated ~25 arrays, a tenth of a small region's time with their frees)."""
+    return (np.empty(n + 1, np.int64), np.empty((n, 3)), np.empty(3),
+            np.empty(n + 1), np.empty(n + 1), np.empty(n + 1),
+            np.empty(n + 1, np.int64), np.empty(n + 2), np.empty(n), np.empty((n, 3)),
+            np.empty(nv), np.empty((nv, 3)), np.empty((2 * n + 1, 5)),
+            np.empty(n + 1, np.int64), np.empty(n + 1), np.empty(n + 1), np.empty(n + 1),
+            np.empty(3), np.empty(16, np.int64), np.empty(16, np.int64),
+            np.empty(16))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _update(Q, y, box, rcoef, KvT, state, row, kind, pool, v, ws):
     """The system of the partition ``state``, which is the one of the ring entry at
     ``v`` of ``pool`` (:func:`pool_put`) with one ``row`` moved across its inequality
     of ``kind``, in O(n_M^2 + n n_M) instead of a solve from scratch (the rank-one
@@ -385,22 +414,31 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
     Returns (ok, M, w, c, alpha, bprime, g~, h, inequalities); w over (b', rows)
     (index 0 for b', 1 + i for row i). Not ok where the new system is nearly
     singular (|s| or |B_row,row| under 1e-8 of its terms) or the update's residual is
-    beyond UPDATE_RESIDUAL: the caller solves it from scratch."""
+    beyond UPDATE_RESIDUAL: the caller solves it from scratch.
+
+    ``ws`` (:func:`update_space`): the arrays it works in; what it returns are views
+    of them (or of ``pool``), good until its next call."""
     n = y.shape[0]
-    mb, _, _, _, Mp, alpha_m, bprime_p, gt_p, h_p = _pool_system(
-        pool, v, n, KvT.shape[1]
+    (mp_buf, alpha_buf, ell, w, au, ba_buf, m_buf, d_buf, u_buf, gt_buf, hv_buf,
+     h_buf, ineq_buf, ia_buf, aa_buf, aa_out, bau_buf, bp_buf, offs_buf, lens_buf,
+     coefs_buf) = ws  # fmt: skip
+    mb, _, _, _, Mp, alpha_m, bprime_p, gt_p, h_p = _pool_system_into(
+        pool, v, n, KvT.shape[1], mp_buf
     )
-    alpha_p = _parent_alpha(state, row, kind, box, Mp, alpha_m)
-    sa, offs, lens, coefs = _chain(pool, v)
-    ell = np.empty(3)
-    w = np.zeros(n + 1)
+    alpha_p = _parent_alpha_into(state, row, kind, box, Mp, alpha_m, alpha_buf)
+    sa, offs, lens, coefs = _chain_into(pool, v, offs_buf, lens_buf, coefs_buf)
+    for k in range(n + 1):
+        w[k] = 0.0
+    no_ineq = ineq_buf[:0]
     if kind == E_ROW or kind == R_ROW:  # the row joins M, last
-        au = np.zeros(n + 1)
+        for k in range(n + 1):
+            au[k] = 0.0
         au[0] = y[row]
         for k in range(mb - 1):
             au[1 + Mp[k]] = Q[Mp[k], row]
-        Bau = _product(pool, sa, offs, lens, coefs, au)
-        Ba = np.empty(mb)
+        Bau = _product_into(pool, sa, offs, lens, coefs, au, ia_buf, aa_buf, aa_out,
+                            bau_buf)  # fmt: skip
+        Ba = ba_buf[:mb]
         Ba[0] = Bau[0]
         for k in range(mb - 1):
             Ba[k + 1] = Bau[1 + Mp[k]]
@@ -410,13 +448,12 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
         q = Q[row, row]
         s = q - aBa
         if not abs(s) > 1e-8 * (abs(q) + abs(aBa)):
-            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
-                    np.zeros((0, 5)))  # fmt: skip
-        M = np.empty(mb, np.int64)
+            return False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p, no_ineq
+        M = m_buf[:mb]
         for k in range(mb - 1):  # loops, not slice copies: see bigrate._jit
             M[k] = Mp[k]
         M[mb - 1] = row
-        d = np.empty(mb + 1)
+        d = d_buf[: mb + 1]
         for i in range(mb):
             d[i] = -Ba[i] / s
         d[mb] = 1.0 / s
@@ -435,10 +472,9 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
             if Mp[k] == row:
                 pi = k + 1
         if pi < 0:
-            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
-                    np.zeros((0, 5)))  # fmt: skip
-        cu = _column(pool, sa, offs, lens, coefs, 1 + row, n + 1)
-        col = np.empty(mb)
+            return False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p, no_ineq
+        cu = _column_into(pool, sa, offs, lens, coefs, 1 + row, ia_buf, bau_buf)
+        col = ba_buf[:mb]
         col[0] = cu[0]
         for k in range(mb - 1):
             col[k + 1] = cu[1 + Mp[k]]
@@ -447,10 +483,11 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
             big = max(big, abs(col[k]))
         bpp = col[pi]
         if not abs(bpp) > 1e-8 * big:
-            return (False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p,
-                    np.zeros((0, 5)))  # fmt: skip
-        d = col / bpp
-        M = np.empty(mb - 2, np.int64)
+            return False, Mp, w, 0.0, alpha_p, bprime_p, gt_p, h_p, no_ineq
+        d = d_buf[:mb]
+        for k in range(mb):
+            d[k] = col[k] / bpp
+        M = m_buf[: mb - 2]
         ii = 0
         for k in range(mb - 1):
             if k + 1 != pi:
@@ -466,23 +503,25 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
         rows = Mp
     ok, alpha, bprime, gt, h, ineq = _moved(
         Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p, bprime_p,
-        gt_p, h_p,
+        gt_p, h_p, (u_buf, gt_buf, hv_buf, h_buf, ineq_buf, bp_buf),
     )  # fmt: skip
     return ok, M, w, c, alpha, bprime, gt, h, ineq
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _parent_alpha(state, row, kind, box, Mp, alpha_m):
-    """The parent's alpha (n, 3), whose entry keeps it on its margin rows ``Mp``
-    (``alpha_m``) only, from the child's partition ``state`` (the parent's with
-    ``row`` moved across its inequality of ``kind``): the box on E, 0 on R, exactly
-    what the parent's solve or update left there."""
+def _parent_alpha_into(state, row, kind, box, Mp, alpha_m, alpha):
+    """The parent's alpha (n, 3), written into ``alpha``, whose entry keeps it on
+    its margin rows ``Mp`` (``alpha_m``) only, from the child's partition ``state``
+    (the parent's with ``row`` moved across its inequality of ``kind``): the box on
+    E, 0 on R, exactly what the parent's solve or update left there."""
     n = state.shape[0]
-    alpha = np.zeros((n, 3))
     for j in range(n):
         if state[j] == E_SET:
             for t in range(3):
                 alpha[j, t] = box[j, t]
+        else:
+            for t in range(3):
+                alpha[j, t] = 0.0
     if kind == E_ROW:  # the row was in E (it is in M now, not in Mp)
         for t in range(3):
             alpha[row, t] = box[row, t]
@@ -497,15 +536,17 @@ def _parent_alpha(state, row, kind, box, Mp, alpha_m):
 
 @njit(cache=True, nogil=True, internal=True)
 def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
-           bprime_p, gt_p, h_p):  # fmt: skip
+           bprime_p, gt_p, h_p, bufs):  # fmt: skip
     """The child's solution from its parent's moved by d l(p) (:func:`update`): (ok,
     alpha, b', g~, h, inequalities), not ok where the residual of the bordered
-    system is beyond UPDATE_RESIDUAL."""
+    system is beyond UPDATE_RESIDUAL; in the arrays ``bufs`` (u, g~, the
+    numerators' move and h, the inequalities, b': :func:`update_space`)."""
     n = y.shape[0]
     nv = KvT.shape[1]
-    alpha = alpha_p  # the parent's, rebuilt for this update (:func:`_parent_alpha`)
-    bprime = bprime_p + d[0] * ell
-    u = np.empty(n)
+    u, gt, hv, h, ineq_buf, bprime = bufs
+    alpha = alpha_p  # the parent's, rebuilt (:func:`_parent_alpha_into`)
+    for t in range(3):
+        bprime[t] = bprime_p[t] + d[0] * ell[t]
     for i in range(n):
         u[i] = y[i] * d[0]
     nr = rows.shape[0]
@@ -538,7 +579,6 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     # at 0 (g~ and alpha move together, so this is the residual of the bordered
     # system; updates of an inverse lose accuracy down a chain of them, by up to 1e4x
     # a step on ill-conditioned systems), each in one pass over the rows
-    gt = np.empty((n, 3))
     big = 1.0
     for i in range(n):
         for t in range(3):
@@ -558,18 +598,18 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
             ya2 += y[i] * alpha[i, 2]
     res = max(res, abs(ya0), abs(ya1), abs(ya2))
     if res > UPDATE_RESIDUAL * big:
-        return False, alpha, bprime, gt, h_p, np.zeros((0, 5))
-    hv = np.full(nv, d[0])
+        return False, alpha, bprime, gt, h_p, ineq_buf[:0]
+    for v in range(nv):
+        hv[v] = d[0]
     for k in range(rows.shape[0]):
         j = rows[k]
         wj = y[j] * d[k + 1]
         for v in range(nv):
             hv[v] += wj * KvT[j, v]
-    h = h_p.copy()
     for v in range(nv):
         for t in range(3):
-            h[v, t] += hv[v] * ell[t]
-    ineq = inequalities(alpha, gt, state, box, rcoef, True)
+            h[v, t] = h_p[v, t] + hv[v] * ell[t]
+    ineq = _inequalities_into(alpha, gt, state, box, rcoef, True, ineq_buf)
     return True, alpha, bprime, gt, h, ineq
 
 
@@ -682,16 +722,29 @@ def clip(V, lab, ineq, tol):
     (``tol`` a distance; Sutherland-Hodgman, one half-plane at a time); each new edge
     is labelled by the inequality that made it. Returns (vertices, labels); no
     vertex: empty."""
+    return _clip_into(V, lab, ineq, tol, _clip_buffers(2 * V.shape[0] + 8))
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _clip_buffers(cap):
+    """Room for :func:`_clip_into` to cut polygons of up to (cap - 8) / 2 vertices
+    without allocating: two vertex arrays, their labels and the vertices' distances."""
+    return (np.empty((cap, 2)), np.empty(cap, np.int64), np.empty((cap, 2)),
+            np.empty(cap, np.int64), np.empty(cap))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _clip_into(V, lab, ineq, tol, bufs):
+    """:func:`clip` in the arrays ``bufs`` (:func:`_clip_buffers`; new ones where
+    they are too small): its result is a view of them, good until their next use.
+    The walk clips every region so (seven arrays a region allocated and freed)."""
     k = V.shape[0]
-    cap = 2 * k + 8
-    X = np.empty((cap, 2))
-    L = np.empty(cap, np.int64)
+    X, L, Y, N, d = bufs
+    if X.shape[0] < 2 * k + 8:
+        X, L, Y, N, d = _clip_buffers(2 * k + 8)
     for i in range(k):  # loops, not slice copies: see bigrate._jit
         X[i, 0], X[i, 1] = V[i, 0], V[i, 1]
         L[i] = lab[i]
-    Y = np.empty((cap, 2))
-    N = np.empty(cap, np.int64)
-    d = np.empty(cap)
     x0, y0, x1, y1 = _box_of(X, k)
     for j in range(ineq.shape[0]):
         a, b = ineq[j, 0], ineq[j, 1]
@@ -729,7 +782,7 @@ def clip(V, lab, ineq, tol):
         if not out:
             continue
         if not inside:
-            return X[:0].copy(), L[:0].copy()
+            return X[:0], L[:0]
         m = 0
         for i in range(k):
             i1 = i + 1 if i + 1 < k else 0
@@ -753,7 +806,7 @@ def clip(V, lab, ineq, tol):
         L, N = N, L
         k = m
         x0, y0, x1, y1 = _box_of(X, k)
-    return X[:k].copy(), L[:k].copy()
+    return X[:k], L[:k]
 
 
 @njit(cache=True, nogil=True, internal=True, inline="always")
@@ -895,7 +948,7 @@ def _seen_add(table, store, count, st, slot, h):
 # or the term's w as k indices over (b', rows), ascending, and their k values (w is
 # nonzero on the margin rows of the parent or the child only: ~17 of 361 floats at
 # breast cancer 450's triangle),
-# alpha on M (the rest is the box on E and 0 on R: :func:`_parent_alpha`), b', g~
+# alpha on M (the rest is the box on E and 0 on R: :func:`_parent_alpha_into`), b', g~
 # and h
 _HEAD = 8
 
@@ -997,15 +1050,18 @@ def pool_intact(pool, at, v):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _pool_system(pool, v, n, nv):
+def _pool_system_into(pool, v, n, nv, mbuf):
     """The entry :func:`pool_put` wrote at ``v``: (mb, depth, chain, anchor, M,
-    alpha on M (mb - 1, 3), b', g~, h), alpha and the rest as views of the pool."""
+    alpha on M (mb - 1, 3), b', g~, h), M written into ``mbuf`` (a view of it
+    returned), alpha and the rest as views of the pool."""
     s = v % pool.shape[0]
     mb = int(pool[s])
     depth, chain, anchor = int(pool[s + 1]), int(pool[s + 5]), int(pool[s + 3])
     body = _packed(mb) if pool[s + 2] == 1.0 else 2 * int(pool[s + 7])
     s += _HEAD
-    M = pool[s : s + mb - 1].astype(np.int64)
+    M = mbuf[: mb - 1]
+    for k in range(mb - 1):
+        M[k] = np.int64(pool[s + k])
     s += mb - 1 + body
     alpha = pool[s : s + 3 * (mb - 1)].reshape((mb - 1, 3))
     s += 3 * (mb - 1)
@@ -1022,14 +1078,24 @@ def _chain(pool, v):
     """The inverse of the entry at ``v`` as its anchor's slot and the terms of the
     generations since: the pool offsets of their w (k indices, then k values), their
     k and their coefficients."""
+    e = np.empty(0, np.int64)
+    return _chain_into(pool, v, e, e.copy(), np.empty(0))
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _chain_into(pool, v, offs, lens, coefs):
+    """:func:`_chain` in the arrays ``offs``, ``lens``, ``coefs`` (new ones where too
+    short; views of them returned)."""
     P = pool.shape[0]
     count, u = 0, v
     while pool[u % P + 2] == 0.0:
         count += 1
         u = int(pool[u % P + 4])
-    offs = np.empty(count, np.int64)
-    lens = np.empty(count, np.int64)
-    coefs = np.empty(count)
+    if offs.shape[0] < count:
+        offs = np.empty(count, np.int64)
+        lens = np.empty(count, np.int64)
+        coefs = np.empty(count)
+    offs, lens, coefs = offs[:count], lens[:count], coefs[:count]
     u = v
     for k in range(count):
         s = u % P
@@ -1059,8 +1125,14 @@ def _row_at(i, m):
 def _anchor_rows(pool, sa):
     """The anchor's (b', rows) as indices 0 and 1 + i, and its inverse (a view of
     its packed upper triangle: :func:`_packed`)."""
+    return _anchor_rows_into(pool, sa, np.empty(int(pool[sa]), np.int64))
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _anchor_rows_into(pool, sa, ibuf):
+    """:func:`_anchor_rows` with the indices in ``ibuf`` (a view of it returned)."""
     mba = int(pool[sa])
-    ia = np.empty(mba, np.int64)
+    ia = ibuf[:mba]
     ia[0] = 0
     for k in range(mba - 1):
         ia[k + 1] = 1 + int(pool[sa + _HEAD + k])
@@ -1069,12 +1141,13 @@ def _anchor_rows(pool, sa):
 
 
 @njit(cache=True, nogil=True, internal=True, fastmath={"reassoc", "contract"})
-def _symv(A, x):
-    """A x, A symmetric as its packed upper triangle (:func:`_packed`): each stored
-    entry read once, for its row's sum and its column's (reassociated so the sums
-    vectorise)."""
+def _symv(A, x, out):
+    """A x into ``out`` (returned), A symmetric as its packed upper triangle
+    (:func:`_packed`): each stored entry read once, for its row's sum and its
+    column's (reassociated so the sums vectorise)."""
     m = x.shape[0]
-    out = np.zeros(m)
+    for i in range(m):
+        out[i] = 0.0
     p = 0
     for i in range(m):
         xi = x[i]
@@ -1089,17 +1162,20 @@ def _symv(A, x):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _product(pool, sa, offs, lens, coefs, au):
+def _product_into(pool, sa, offs, lens, coefs, au, ibuf, abuf, aabuf, out):
     """B a for a over (b', rows) (zero off the entry's margin rows), B the inverse
     of the chain (``sa``, ``offs``, ``lens``, ``coefs``): right on the entry's margin
-    rows. A term's nonzeros in ascending order: the sums of the dense w's."""
+    rows. A term's nonzeros in ascending order: the sums of the dense w's. Written
+    into ``out`` (returned); ``ibuf``, ``abuf``, ``aabuf``: room for the anchor's
+    rows, a on them and their product."""
     n1 = au.shape[0]
-    ia, A = _anchor_rows(pool, sa)
-    aa = np.empty(ia.shape[0])
+    ia, A = _anchor_rows_into(pool, sa, ibuf)
+    aa = abuf[: ia.shape[0]]
     for j in range(ia.shape[0]):
         aa[j] = au[ia[j]]
-    Aa = _symv(A, aa)
-    out = np.zeros(n1)
+    Aa = _symv(A, aa, aabuf[: ia.shape[0]])
+    for i in range(n1):
+        out[i] = 0.0
     for i in range(ia.shape[0]):
         out[ia[i]] = Aa[i]
     for t in range(offs.shape[0]):
@@ -1114,12 +1190,14 @@ def _product(pool, sa, offs, lens, coefs, au):
 
 
 @njit(cache=True, nogil=True, internal=True)
-def _column(pool, sa, offs, lens, coefs, ur, n1):
-    """Column ``ur`` of the chain's inverse over (b', rows): right on the entry's
-    margin rows."""
-    ia, A = _anchor_rows(pool, sa)
+def _column_into(pool, sa, offs, lens, coefs, ur, ibuf, out):
+    """Column ``ur`` of the chain's inverse over (b', rows), into ``out`` (n + 1,
+    returned; ``ibuf``: room for the anchor's rows): right on the entry's margin
+    rows."""
+    ia, A = _anchor_rows_into(pool, sa, ibuf)
     m = ia.shape[0]
-    out = np.zeros(n1)
+    for i in range(out.shape[0]):
+        out[i] = 0.0
     for j in range(m):
         if ia[j] == ur:  # column j is row j: above the diagonal, then along row j
             for i in range(j):
@@ -1260,23 +1338,25 @@ def _facet_probe(P, lab, ineq, i, probe):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _across_facet(st, P, lab, ineq, i, probe, diag):
+def _across_facet(st, P, lab, ineq, i, probe, diag, nxt):
     """The neighbour across the facet on edge i of the region's polygon P (Theorem
     3): the partition with the facet's row moved. With ``probe`` > 0 the move is
     checked at a point just across the edge's middle (no farther than a thousandth of
     the edge: small regions have small neighbours); where the region's solution,
     carried there, breaks more rows than the facet's (a degenerate crossing) they all
-    move (the move is then -1). Returns (whether the edge is a facet with a move,
-    the partition, the move as row * 4 + kind, the probe point, whether probed)."""
+    move (the move is then -1). The partition is written into ``nxt``. Returns
+    (whether the edge is a facet with a move, the move as row * 4 + kind, the probe
+    point, whether probed)."""
     f = lab[i]
     npts = P.shape[0]
     if f < 0 or ineq[f, 4] < 0:
-        return False, st, -1, 0.0, 0.0, False
+        return False, -1, 0.0, 0.0, False
     i1 = i + 1 if i + 1 < npts else 0
     length = np.hypot(P[i1, 0] - P[i, 0], P[i1, 1] - P[i, 1])
     if length <= 1e-15:
-        return False, st, -1, 0.0, 0.0, False
-    nxt = st.copy()
+        return False, -1, 0.0, 0.0, False
+    for j in range(st.shape[0]):
+        nxt[j] = st[j]
     mv = int(ineq[f, 3]) * 4 + int(ineq[f, 4])
     qx = qy = 0.0
     hp = probe > 0
@@ -1292,9 +1372,9 @@ def _across_facet(st, P, lab, ineq, i, probe, diag):
             for j in range(ineq.shape[0]):
                 if ineq[j, 0] * qx + ineq[j, 1] * qy - ineq[j, 2] > 0:
                     nxt[int(ineq[j, 3])] = move_to(int(ineq[j, 4]))
-            return True, nxt, mv, qx, qy, hp
+            return True, mv, qx, qy, hp
     nxt[int(ineq[f, 3])] = move_to(int(ineq[f, 4]))
-    return True, nxt, mv, qx, qy, hp
+    return True, mv, qx, qy, hp
 
 
 @njit(cache=True, nogil=True)
@@ -1382,6 +1462,12 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     if at.shape[0] != 3:
         raise ValueError("at must hold the ring's two positions and the run's length")
     hot = at[2]
+    # what every region used to allocate anew: its partition popped from the queue,
+    # the clip's arrays, and the empty term and inverse of a region without them
+    st_buf = np.empty(n, np.int8)
+    cbufs = _clip_buffers(2 * dom.shape[0] + 136)
+    no_w, no_M = np.empty(0), np.empty(0, np.int64)
+    ws = update_space(n, nv)  # and the update's arrays
     while head < tail:
         if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_FAR] > far0:
             status = WALK_MORE
@@ -1393,7 +1479,9 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             q = head
             head += 1
             hot = at[2] = 0
-        st = qst[q].copy()
+        st = st_buf  # a copy: the queue's rows move as it is compacted
+        for j in range(n):
+            st[j] = qst[q, j]
         px, py, has = qpt[q, 0], qpt[q, 1], qhas[q]
         parent, move = qlink[q, 0], qlink[q, 1]
         hst = _hash(st)
@@ -1402,7 +1490,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             continue
         ok = False
         depth = chain = 0
-        wc, cc = np.empty(0), 0.0  # the region's term on its parent's inverse
+        wc, cc = no_w, 0.0  # the region's term on its parent's inverse
         intact = move >= 0 and pool_intact(pool, at, parent)
         if move >= 0 and pool.shape[0] > 0 and not intact:
             # gone from the ring (or its anchor is), or never fitted in it
@@ -1420,8 +1508,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 if at[0] - pool[s + 3] > age_stop:
                     diag[D_RING_FAR] += 1
             if depth < MAX_UPDATES:
-                ok, Mc, wc, cc, alpha, bprime, gt, h, ineq = update(
-                    Q, y, box, rcoef, KvT, st, move // 4, move % 4, pool, parent
+                ok, Mc, wc, cc, alpha, bprime, gt, h, ineq = _update(
+                    Q, y, box, rcoef, KvT, st, move // 4, move % 4, pool, parent, ws
                 )
                 depth += 1
                 chain += 1
@@ -1474,7 +1562,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             diag[D_SINGULAR] += 1
             status = WALK_SINGULAR
             break
-        P, lab = clip(dom, dom_lab, ineq, tol)
+        P, lab = _clip_into(dom, dom_lab, ineq, tol, cbufs)
         A = area(P) if P.shape[0] >= 3 else 0.0
         if A <= area_tol:
             diag[D_THIN] += 1
@@ -1497,7 +1585,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         )
         if fresh:
             h = _numerators(KvT, y, yb, st, Mf, alpha, bprime, h_kept, h_sums)
-            Mc, Bc, depth = np.empty(0, np.int64), np.empty(0), 0
+            Mc, Bc, depth = no_M, no_w, 0
             if pool.shape[0] > 0:
                 # the inverse of the bordered matrix of its solve (as
                 # bordered_inverse, which would build it again)
@@ -1505,7 +1593,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
-            Bc = np.empty(0)
+            Bc = no_w
         if keep_h:
             for v in range(h.shape[0]):  # loops, not slice copies: see bigrate._jit
                 for t in range(3):
@@ -1525,14 +1613,13 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         )
         tail0 = tail
         for i in range(P.shape[0]):
-            ok, nxt, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag)
+            nxt = qst[tail]  # written there: queued unless seen already
+            ok, mv, qx, qy, hp = _across_facet(st, P, lab, ineq, i, probe, diag, nxt)
             if not ok:
                 continue
             hn = _hash(nxt) if mv < 0 else _rehashed(hst, st, nxt, mv // 4)
             if _slot(table, store, nxt, hn)[0] >= 0:
                 continue
-            for j in range(nxt.shape[0]):
-                qst[tail, j] = nxt[j]
             qlink[tail, 0], qlink[tail, 1] = me, mv
             qpt[tail, 0], qpt[tail, 1] = qx, qy
             qhas[tail] = hp
