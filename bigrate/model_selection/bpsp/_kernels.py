@@ -381,7 +381,8 @@ def update(Q, y, box, rcoef, KvT, state, row, kind, pool, v):
 def update_space(n, nv):
     """The arrays :func:`_update` works and answers in, for n training and nv
     validation rows: made once a walk, so that an update allocates nothing (it
-    allocated ~25 arrays, a tenth of a small region's time with their frees)."""
+    allocated ~25 arrays; with their frees, malloc and memset were ~8% of a
+    spambase 600 (C+, C-) fold's profile)."""
     return (np.empty(n + 1, np.int64), np.empty((n, 3)), np.empty(3),
             np.empty(n + 1), np.empty(n + 1), np.empty(n + 1),
             np.empty(n + 1, np.int64), np.empty(n + 2), np.empty(n), np.empty((n, 3)),
