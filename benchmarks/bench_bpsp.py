@@ -130,6 +130,16 @@ def warm_up(name):
     BPSPSearchCV(gamma=1.0 / Xc.shape[1], cv=folds, engine="local",
                  lambda_min=0.1, progress=False).fit(Xc, yc)  # fmt: skip
     eta_path_cv(Xc, yc, folds, gamma=1.0 / Xc.shape[1], cost_fn=1.0, c_sum=(0.1, 10.0))
+    # the gap searches a small search may never need (a cold cache compiled
+    # edge_gaps inside a timed spambase 600 task: 8.5 s): one square, the same types
+    from bigrate.model_selection.bpsp import _kernels as K
+    from bigrate.model_selection.bpsp.partition import CLIP_TOL
+
+    sq = np.array([[0.0, 0.0], [0.5, 0.0], [0.5, 1.0], [0.0, 1.0]])
+    off = np.array([0, 4], np.int64)
+    K.edge_gaps(sq, off, 0.0, 0.0, 1.0, 1.0, 1e-10, 1e-9, CLIP_TOL, 0, 1e-10)
+    pts = np.array([0.25, 0.75])
+    K.cover_points(pts, pts.copy(), sq, off, np.zeros(2, np.bool_))
 
 
 def main():
