@@ -302,7 +302,7 @@ def _system(Q, y, box, rcoef, state, gst, gsum):
     scale = 1e-8 * big
     singular, consistent = False, True
     # A's LU factors kept for its inverse where the walk keeps that (lu_inverse):
-    # the solve's and the inverse's factorisations were a third of a fresh solve
+    # one factorisation, not one for the solve and another for the inverse
     ok, sol, lu, ipiv = lu_solve(A, rhs)
     if ok and _residual(A, sol, rhs) > scale:
         ok = False
@@ -1451,8 +1451,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     dom_lab = np.full(dom.shape[0], -1, np.int64)
     status = WALK_DONE
     short0, far0 = diag[D_RING_SHORT], diag[D_RING_FAR]
-    # a solve's margin rows and bordered matrix, for its inverse where it is kept
-    Mf, Af = np.empty(0, np.int64), (np.empty((0, 0)).T, np.empty(0, np.int32))
+    # a solve's margin rows and LU factors, for its inverse where it is kept
+    Mf, LUf = np.empty(0, np.int64), (np.empty((0, 0)).T, np.empty(0, np.int32))
     # the E rows' sums of g~ and of the numerators last kept (:func:`e_sums`)
     g_kept, g_sums = _no_sums(n, n)
     h_kept, h_sums = _no_sums(n, nv)
@@ -1519,7 +1519,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             singular, consistent = False, True
             diag[D_UPDATES] += 1
         else:
-            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = _system(
+            alpha, bprime, gt, ineq, singular, consistent, Mf, LUf = _system(
                 Q, y, box, rcoef, st, g_kept, g_sums
             )
         miss = _miss(ineq, px, py) if has else -np.inf
@@ -1540,7 +1540,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 continue
             if not held:  # else its last round solved it
                 sys_ = _system(Q, y, box, rcoef, st, g_kept, g_sums)
-            alpha, bprime, gt, ineq, singular, consistent, Mf, Af = sys_
+            alpha, bprime, gt, ineq, singular, consistent, Mf, LUf = sys_
             fresh = True
             miss = _miss(ineq, px, py)
         if miss > 1e-9:
@@ -1590,7 +1590,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             if pool.shape[0] > 0:
                 # the inverse of the bordered matrix of its solve (as
                 # bordered_inverse, which would build it again)
-                Mc, Bc = Mf, packed_symmetric(lu_inverse(Af[0], Af[1]))
+                Mc, Bc = Mf, packed_symmetric(lu_inverse(LUf[0], LUf[1]))
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
             Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
