@@ -580,12 +580,18 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     # at 0 (g~ and alpha move together, so this is the residual of the bordered
     # system; updates of an inverse lose accuracy down a chain of them, by up to 1e4x
     # a step on ill-conditioned systems), each in one pass over the rows
-    big = 1.0
+    # the largest |g~| as three maxima, one per coefficient: the same value (a max
+    # does not depend on the order), in three chains of vmaxsd instead of one
+    big0 = big1 = big2 = 1.0
     for i in range(n):
-        for t in range(3):
-            g = gt_p[i, t] + u[i] * ell[t]
-            gt[i, t] = g
-            big = max(big, abs(g))
+        g0 = gt_p[i, 0] + u[i] * ell[0]
+        g1 = gt_p[i, 1] + u[i] * ell[1]
+        g2 = gt_p[i, 2] + u[i] * ell[2]
+        gt[i, 0], gt[i, 1], gt[i, 2] = g0, g1, g2
+        big0 = max(big0, abs(g0))
+        big1 = max(big1, abs(g1))
+        big2 = max(big2, abs(g2))
+    big = max(max(big0, big1), big2)
     res = 0.0
     for k in range(M.shape[0]):
         j = M[k]
@@ -602,11 +608,24 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
         return False, alpha, bprime, gt, h_p, ineq_buf[:0]
     for v in range(nv):
         hv[v] = d[0]
-    for k in range(rows.shape[0]):
+    # hv += y_j d_j KvT_j over the rows in order, four a pass (as u above)
+    k = 0
+    while k + 4 <= nr:
+        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
+        w0, w1 = y[j0] * d[k + 1], y[j1] * d[k + 2]
+        w2, w3 = y[j2] * d[k + 3], y[j3] * d[k + 4]
+        for v in range(nv):
+            hi = hv[v] + w0 * KvT[j0, v]
+            hi = hi + w1 * KvT[j1, v]
+            hi = hi + w2 * KvT[j2, v]
+            hv[v] = hi + w3 * KvT[j3, v]
+        k += 4
+    while k < nr:
         j = rows[k]
         wj = y[j] * d[k + 1]
         for v in range(nv):
             hv[v] += wj * KvT[j, v]
+        k += 1
     for v in range(nv):
         for t in range(3):
             h[v, t] = h_p[v, t] + hv[v] * ell[t]
@@ -753,8 +772,10 @@ def _clip_into(V, lab, ineq, tol, bufs):
         # sums round monotonically, so no vertex's d below can be > 0), and most of a
         # region's inequalities pass here without a look at its vertices, and
         # without the square root of their tolerance where inside with none (so
-        # with it: a larger c can only make the sum smaller)
-        top = (a * x1 if a > 0 else a * x0) + (b * y1 if b > 0 else b * y0)
+        # with it: a larger c can only make the sum smaller). max picks the same
+        # product as a test of the sign of a (b), without a branch on it: those
+        # signs are random from line to line, and the branches were mispredicted
+        top = max(a * x0, a * x1) + max(b * y0, b * y1)
         c = ineq[j, 2]
         if top - c <= 0:
             continue
