@@ -24,8 +24,9 @@ NeymanPearsonSVC fit 9.5 -> 7.8 s). Called from Python it raises TypeError.
 
 from __future__ import annotations
 
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
+from numba.extending import intrinsic
 
 
 class KernelDispatcher(CPUDispatcher):
@@ -67,3 +68,53 @@ def njit(func=None, *, cache: bool = False, internal: bool = False, **options):
         return disp
 
     return wrap(func) if func is not None else wrap
+
+
+@intrinsic
+def borrowed(typingctx, arr):
+    """``arr`` (an array, or a tuple of arrays) without its reference count: the
+    same data, shape and strides, no owner (meminfo and parent NULL), so the counts
+    numba takes and drops on every pass of it to a kernel and every view of it are
+    a test of NULL instead of an atomic add (a locked instruction, which drains the
+    store buffer). numba counts each array a kernel receives or returns: the BPSP
+    walk made ~480 such counts a region.
+
+    Only for an array that something else keeps alive for as long as this one and
+    its views are used, and that never leaves the kernel: a caller's argument
+    within the call, or a local kept to the end (:func:`keep_alive`). Returned to
+    Python it would be an array of freed memory."""
+    if isinstance(arr, types.Array):
+        members = None
+    elif isinstance(arr, types.BaseTuple) and all(
+        isinstance(t, types.Array) for t in arr.types
+    ):
+        members = arr.types
+    else:
+        return None
+
+    def strip(context, builder, ty, value):
+        ary = context.make_array(ty)(context, builder, value=value)
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    def codegen(context, builder, sig, args):
+        if members is None:
+            return strip(context, builder, arr, args[0])
+        out = [strip(context, builder, t, builder.extract_value(args[0], i))
+               for i, t in enumerate(members)]  # fmt: skip
+        return context.make_tuple(builder, arr, out)
+
+    return arr(arr), codegen
+
+
+@intrinsic
+def keep_alive(typingctx, owner):
+    """A use of ``owner`` and nothing else: called at the end of a kernel, it keeps
+    the owner of :func:`borrowed` arrays alive to there (numba drops a local's
+    reference after its last use)."""
+
+    def codegen(context, builder, sig, args):
+        return context.get_dummy_value()
+
+    return types.none(owner), codegen

@@ -1,15 +1,19 @@
 """bigrate's ``njit``: a kernel called by another kernel with literal arguments is
 compiled once per argument type, not once per literal value (each version is a full
-compile, the cost a cold worker pays: issue 47)."""
+compile, the cost a cold worker pays: issue 47); and ``borrowed`` arrays, which
+numba passes from kernel to kernel without reference counts."""
 
 import importlib
 import pkgutil
 
 import numba
 import numpy as np
+import pytest
+from numba.core import types
+from numba.extending import intrinsic
 
 import bigrate
-from bigrate._jit import KernelDispatcher, njit
+from bigrate._jit import KernelDispatcher, borrowed, keep_alive, njit
 
 
 def _pair(jit):
@@ -213,3 +217,66 @@ def test_a_cold_svc_fit_compiles_the_solver_and_none_of_numpy_s_allocations(tmp_
     numpy_impl = [n for n in names if n.startswith(("ol_np", "np_", "_ol_array"))]
     assert not numpy_impl, names
     assert not {"gradient_update", "diag_kernel"} & set(names), names
+
+
+@intrinsic
+def _owner(typingctx, arr):
+    """The address of an array's meminfo (its reference count's owner), 0 for none."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(arr)(context, builder, value=args[0])
+        return builder.ptrtoint(ary.meminfo, context.get_value_type(types.intp))
+
+    return types.intp(arr), codegen
+
+
+@njit
+def _sum_rows(a, ws):
+    x, k = ws
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += a[i] * x[i] + k[i]
+    return s, x[1:], _owner(x[1:])
+
+
+@njit
+def _borrowing_kernel(a, n):
+    """Work arrays of its own, borrowed and kept to the end, passed down n times
+    with allocations in between (memory freed too early would be reused)."""
+    own = (np.arange(a.shape[0]) * 0.5, np.arange(a.shape[0]))
+    ws = borrowed(own)
+    a = borrowed(a)
+    total = 0.0
+    junk = 0.0
+    owners = _owner(a) + _owner(ws[0]) + _owner(ws[1])
+    for _ in range(n):
+        s, view, view_owner = _sum_rows(a, ws)
+        owners += view_owner
+        tmp = np.full(a.shape[0] * 4, 7.0)  # reuses freed memory, were there any
+        junk += tmp[0]
+        total += s + view[0]
+    keep_alive(own)
+    return total, owners, junk, _owner(own[0])
+
+
+def test_borrowed_arrays_read_the_same_data_without_a_reference_count():
+    """bigrate._jit.borrowed: an array (or a tuple of them) with its meminfo NULL,
+    so numba's reference counts on it and on its views are no-ops (no atomic add):
+    the same values through every call, no owner on it or on a view of it, while
+    the arrays it came from keep theirs."""
+    a = np.linspace(1.0, 2.0, 50)
+    total, owners, junk, own_owner = _borrowing_kernel(a, 200)
+    x = np.arange(50) * 0.5
+    want = 200 * ((a * x + np.arange(50)).sum() + x[1])
+    assert total == want
+    assert owners == 0 and junk == 7.0 * 200
+    assert own_owner != 0
+
+
+def test_borrowed_refuses_what_is_not_an_array():
+    @njit
+    def bad(x):
+        return borrowed(x)
+
+    with pytest.raises(numba.core.errors.TypingError):
+        bad(1.0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bigrate._jit import njit
+from bigrate._jit import borrowed, keep_alive, njit
 from bigrate._lapack import lu_inverse, lu_solve
 
 R_SET, M_SET, E_SET = 0, 1, 2
@@ -1451,6 +1451,13 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     in the regions walked may start (the caller seeds those no region covers), and in
     ``dst[:n_drop]`` the partition met at each, from which the seed's corrections
     start."""
+    # the arrays passed from kernel to kernel region after region, without their
+    # reference counts (:func:`bigrate._jit.borrowed`; ~480 atomic counts a region
+    # were 8% of a spambase 600 task): the caller's arguments, which it keeps for
+    # the call, and the walk's own work arrays, kept alive to its end
+    Q, y, box, rcoef = borrowed(Q), borrowed(y), borrowed(box), borrowed(rcoef)
+    dom, KvT, y_val = borrowed(dom), borrowed(KvT), borrowed(y_val)
+    pool, at, diag = borrowed(pool), borrowed(at), borrowed(diag)
     n = y.shape[0]
     nv = KvT.shape[1]
     cap = 64
@@ -1477,7 +1484,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     # the E rows' sums of g~ and of the numerators last kept (:func:`e_sums`)
     g_kept, g_sums = _no_sums(n, n)
     h_kept, h_sums = _no_sums(n, nv)
-    yb = np.empty((n, 3))
+    yb_own = np.empty((n, 3))
+    yb = borrowed(yb_own)
     for j in range(n):
         for t in range(3):
             yb[j, t] = y[j] * box[j, t]
@@ -1486,10 +1494,11 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
     hot = at[2]
     # what every region used to allocate anew: its partition popped from the queue,
     # the clip's arrays, and the empty term and inverse of a region without them
-    st_buf = np.empty(n, np.int8)
-    cbufs = _clip_buffers(2 * dom.shape[0] + 136)
+    st_own = np.empty(n, np.int8)
+    cbufs_own = _clip_buffers(2 * dom.shape[0] + 136)
     no_w, no_M = np.empty(0), np.empty(0, np.int64)
-    ws = update_space(n, nv)  # and the update's arrays
+    ws_own = update_space(n, nv)  # and the update's arrays
+    st_buf, cbufs, ws = borrowed(st_own), borrowed(cbufs_own), borrowed(ws_own)
     while head < tail:
         if diag[D_RING_SHORT] - short0 >= miss_stop or diag[D_RING_FAR] > far0:
             status = WALK_MORE
@@ -1653,6 +1662,10 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
             break
     if status == WALK_DONE and head < tail:
         status = WALK_MORE
+    keep_alive(yb_own)  # the owners of the borrowed work arrays, to here
+    keep_alive(st_own)
+    keep_alive(cbufs_own)
+    keep_alive(ws_own)
     nvtx, tvtx = r_off[nreg], t_off[nthin]
     cv, co, creg, cfn, cfp = _cells_done(cout)
     return (status, table, store, n_seen, qst, qpt, qhas, qlink, head, tail, dpt,
