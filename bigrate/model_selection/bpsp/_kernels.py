@@ -504,7 +504,7 @@ def _update(Q, y, box, rcoef, KvT, state, row, kind, pool, v, ws):
         rows = Mp
     ok, alpha, bprime, gt, h, ineq = _moved(
         Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p, bprime_p,
-        gt_p, h_p, (u_buf, gt_buf, hv_buf, h_buf, ineq_buf, bp_buf),
+        gt_p, h_p, (u_buf, gt_buf, hv_buf, h_buf, ineq_buf, bp_buf, ba_buf),
     )  # fmt: skip
     return ok, M, w, c, alpha, bprime, gt, h, ineq
 
@@ -541,10 +541,12 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
     """The child's solution from its parent's moved by d l(p) (:func:`update`): (ok,
     alpha, b', g~, h, inequalities), not ok where the residual of the bordered
     system is beyond UPDATE_RESIDUAL; in the arrays ``bufs`` (u, g~, the
-    numerators' move and h, the inequalities, b': :func:`update_space`)."""
+    numerators' move and h, the inequalities, b', and room for the numerators'
+    coefficients, the update's B a, free once d is built from it:
+    :func:`update_space`)."""
     n = y.shape[0]
     nv = KvT.shape[1]
-    u, gt, hv, h, ineq_buf, bprime = bufs
+    u, gt, hv, h, ineq_buf, bprime, wbuf = bufs
     alpha = alpha_p  # the parent's, rebuilt (:func:`_parent_alpha_into`)
     for t in range(3):
         bprime[t] = bprime_p[t] + d[0] * ell[t]
@@ -555,24 +557,8 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
         j, dk = rows[k], d[k + 1]
         for t in range(3):
             alpha[j, t] += dk * ell[t]
-    # u += d_k Q_k over the rows k in order (Q is symmetric: row j is column j),
-    # four rows a pass: each u[i] takes the same sums in the same order, loaded and
-    # stored once for four rows
-    k = 0
-    while k + 4 <= nr:
-        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
-        d0, d1, d2, d3 = d[k + 1], d[k + 2], d[k + 3], d[k + 4]
-        for i in range(n):
-            ui = u[i] + d0 * Q[j0, i]
-            ui = ui + d1 * Q[j1, i]
-            ui = ui + d2 * Q[j2, i]
-            u[i] = ui + d3 * Q[j3, i]
-        k += 4
-    while k < nr:
-        j, dk = rows[k], d[k + 1]
-        for i in range(n):
-            u[i] += dk * Q[j, i]
-        k += 1
+    # u += d_k Q_k over the rows k in order (Q is symmetric: row j is column j)
+    _add_rows(u, Q, rows, d[1:])
     if target >= 0.0:  # the row is at its bound exactly
         for t in range(3):
             alpha[row, t] = target * box[row, t]
@@ -608,29 +594,39 @@ def _moved(Q, y, box, rcoef, KvT, state, row, M, rows, d, ell, target, alpha_p,
         return False, alpha, bprime, gt, h_p, ineq_buf[:0]
     for v in range(nv):
         hv[v] = d[0]
-    # hv += y_j d_j KvT_j over the rows in order, four a pass (as u above)
-    k = 0
-    while k + 4 <= nr:
-        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
-        w0, w1 = y[j0] * d[k + 1], y[j1] * d[k + 2]
-        w2, w3 = y[j2] * d[k + 3], y[j3] * d[k + 4]
-        for v in range(nv):
-            hi = hv[v] + w0 * KvT[j0, v]
-            hi = hi + w1 * KvT[j1, v]
-            hi = hi + w2 * KvT[j2, v]
-            hv[v] = hi + w3 * KvT[j3, v]
-        k += 4
-    while k < nr:
-        j = rows[k]
-        wj = y[j] * d[k + 1]
-        for v in range(nv):
-            hv[v] += wj * KvT[j, v]
-        k += 1
+    # hv += y_j d_j KvT_j over the rows in order
+    wv = wbuf[:nr]
+    for k in range(nr):
+        wv[k] = y[rows[k]] * d[k + 1]
+    _add_rows(hv, KvT, rows, wv)
     for v in range(nv):
         for t in range(3):
             h[v, t] = h_p[v, t] + hv[v] * ell[t]
     ineq = _inequalities_into(alpha, gt, state, box, rcoef, True, ineq_buf)
     return True, alpha, bprime, gt, h, ineq
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _add_rows(out, A, rows, coef):
+    """out += coef[k] A[rows[k]] summed over k in order, four rows a pass: each
+    out[i] takes the same sums in the same order as one row a pass would give it,
+    loaded and stored once for four rows."""
+    nr, m = rows.shape[0], out.shape[0]
+    k = 0
+    while k + 4 <= nr:
+        j0, j1, j2, j3 = rows[k], rows[k + 1], rows[k + 2], rows[k + 3]
+        c0, c1, c2, c3 = coef[k], coef[k + 1], coef[k + 2], coef[k + 3]
+        for i in range(m):
+            oi = out[i] + c0 * A[j0, i]
+            oi = oi + c1 * A[j1, i]
+            oi = oi + c2 * A[j2, i]
+            out[i] = oi + c3 * A[j3, i]
+        k += 4
+    while k < nr:
+        j, ck = rows[k], coef[k]
+        for i in range(m):
+            out[i] += ck * A[j, i]
+        k += 1
 
 
 @njit(cache=True, nogil=True, internal=True)
