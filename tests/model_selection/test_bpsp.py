@@ -631,6 +631,69 @@ def test_a_neighbours_system_updated_from_its_parents_equals_a_solve_from_scratc
     assert grand_checked > 100 and grand_refused <= 0.01 * grand_checked
 
 
+def test_an_anchor_written_in_its_place_in_the_ring_is_the_entry_copied_there():
+    """The walk writes an anchor's inverse straight into its entry's place in the
+    ring, which pool_put then leaves there: the same entry, float for float, as the
+    inverse made in an array of its own and copied; and where that place would
+    overwrite the parent's anchor, which the inverse is read from, the place is
+    refused (the walk copies then)."""
+    from numba import njit
+
+    from bigrate.model_selection.bpsp import _kernels as K
+
+    slot = njit(lambda pool, at, v, mb, n, nv: K._anchor_slot(pool, at, v, mb, n, nv))
+
+    @njit
+    def put_in_place(pool, at, v, M, w, c, a, b, g, h):
+        mb = M.shape[0] + 1
+        s = K._anchor_slot(pool, at, v, mb, a.shape[0], h.shape[0])
+        B = K._explicit_inverse_into(pool, v, M, w, c, pool[s : s + mb * (mb + 1) // 2])
+        return K._pool_put(pool, at, M, B, w, c, v, a, b, g, h, 1, True)
+
+    X, y = _data(40, seed=3)
+    KvT = np.ascontiguousarray(
+        cross_kernel(_data(9, seed=4)[0], X, "rbf", 0.5, 0.0, 3).T
+    )
+    p = Partitioner(X, y, gamma=0.5, lambda_min=0.05)
+    args = (p.Q, p.y, p.box, p.space.r_coef)
+    n, nv = len(y), KvT.shape[1]
+    states = p._run_compiled(None, KvT.T).states
+    done = set()
+    for st in states[:: max(1, len(states) // 20)]:
+        a, b, g, ineq, singular, _, M, B = _solved(K, args, st)
+        if singular:
+            continue
+        h = K.numerators(KvT, p.y, st, a, b)
+        for f in range(ineq.shape[0]):
+            row, kind = int(ineq[f, 3]), int(ineq[f, 4])
+            child = st.copy()
+            child[row] = K.move_to(kind)
+            if kind in done or _solved(K, args, child)[4]:
+                continue
+            pool, at, v = _ring(K, M, B, a, b, g, h)
+            ok, M2, w2, c2, a2, b2, g2, h2, _ = K.update(*args, KvT, child, row, kind,
+                                                         pool, v)  # fmt: skip
+            if not ok:
+                continue
+            done.add(kind)
+            want, want_at = pool.copy(), at.copy()
+            B2 = K.explicit_inverse(pool, v, M2, w2, c2)
+            u = K.pool_put(want, want_at, M2, B2, w2, c2, v, a2, b2, g2, h2, 1)
+            assert put_in_place(pool, at, v, M2, w2, c2, a2, b2, g2, h2) == u >= 0
+            assert (at == want_at).all()
+            assert np.array_equal(pool[: at[0]], want[: at[0]])
+            # rings that hold the anchor and the new entry exactly, and one float
+            # less: the new entry starts over at 0, on the anchor
+            first, second = int(u), int(at[0] - u)  # the anchor's floats, the entry's
+            for size, fits in ((first + second, True), (first + second - 1, False)):
+                small, small_at, v0 = _ring(K, M, B, a, b, g, h)
+                small = small[:size].copy()
+                assert v0 == 0 and small_at[0] == first
+                s = slot(small, small_at, v0, len(M2) + 1, n, nv)
+                assert (s == first + 8 + len(M2)) if fits else s == -1
+    assert done == {K.LOWER, K.UPPER, K.E_ROW, K.R_ROW}
+
+
 def test_the_e_rows_sums_kept_for_one_partition_serve_the_next():
     """The E rows' part of g~ (sum over E of box_j Q_j) of partitions solved one
     after another comes from the sums kept for an earlier one, plus and minus the

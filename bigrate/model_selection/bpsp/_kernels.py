@@ -979,6 +979,35 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     has entries (an anchor), or else as the term ``coef`` w w^T on the inverse of the
     entry at ``parent`` (:func:`update`). Returns where it went (-1: no system, or
     larger than the pool)."""
+    return _pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth,
+                     False)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _entry_size(mb, body, n, nv):
+    """Floats of a ring entry (:data:`_HEAD`) of mb - 1 margin rows whose inverse or
+    term takes ``body`` floats, for n training and nv validation rows."""
+    return _HEAD + (mb - 1) + body + 3 * (mb - 1) + 3 * n + 3 + 3 * nv
+
+
+@njit(cache=True, nogil=True, internal=True, inline="always")
+def _entry_place(pool, at, size):
+    """Where :func:`pool_put` writes the next entry of ``size`` floats: its ring
+    position v (``at[0]``, or the ring's next start where the entry would wrap) and
+    its slot v % len(pool)."""
+    P = pool.shape[0]
+    v = at[0]
+    s = v % P
+    if s + size > P:
+        v += P - s
+        s = 0
+    return v, s
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth, placed):
+    """:func:`pool_put`; ``placed``: ``B`` is already where the entry's inverse goes
+    (:func:`_anchor_slot`), not copied again."""
     mb = M.shape[0] + 1
     n, nv = alpha.shape[0], h.shape[0]
     explicit = B.shape[0] > 0
@@ -988,7 +1017,7 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
             if w[k] != 0.0:
                 nz += 1
     body = _packed(mb) if explicit else 2 * nz
-    size = _HEAD + (mb - 1) + body + 3 * (mb - 1) + 3 * n + 3 + 3 * nv
+    size = _entry_size(mb, body, n, nv)
     P = pool.shape[0]
     if size > P or (explicit and B.shape[0] != body) or (not explicit and parent < 0):
         return -1
@@ -996,11 +1025,7 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
     if not explicit:  # read before the entry is written (it may overwrite them)
         sp = parent % P
         anchor, chain = int(pool[sp + 3]), int(pool[sp + 5]) + 1
-    v = at[0]
-    s = v % P
-    if s + size > P:
-        v += P - s
-        s = 0
+    v, s = _entry_place(pool, at, size)
     at[0] = v + size
     pool[s] = mb
     pool[s + 1] = depth
@@ -1015,8 +1040,9 @@ def pool_put(pool, at, M, B, w, coef, parent, alpha, bprime, gt, h, depth):
         pool[s + k] = M[k]
     s += mb - 1
     if explicit:
-        for k in range(body):
-            pool[s + k] = B[k]
+        if not placed:
+            for k in range(body):
+                pool[s + k] = B[k]
     else:
         i = 0
         for k in range(w.shape[0]):
@@ -1237,13 +1263,41 @@ def _column_into(pool, sa, offs, lens, coefs, ur, ibuf, out):
     return out
 
 
+@njit(cache=True, nogil=True, internal=True)
+def _anchor_slot(pool, at, v, mb, n, nv):
+    """Where the inverse of an anchor of mb - 1 margin rows will lie in the ring
+    (an offset of ``pool``), for :func:`_explicit_inverse_into` to write it there
+    from the entry at ``v``'s inverse, which :func:`_pool_put` then leaves in place;
+    -1 where that would overwrite what the inverse is read from (the entries from
+    v's anchor on, the oldest of them) or the entry would not fit."""
+    body = _packed(mb)
+    size = _entry_size(mb, body, n, nv)
+    P = pool.shape[0]
+    if size > P:
+        return -1
+    u, s = _entry_place(pool, at, size)
+    if u + size > int(pool[v % P + 3]) + P:
+        return -1
+    return s + _HEAD + mb - 1
+
+
 @njit(cache=True, nogil=True)
 def explicit_inverse(pool, v, M, w, coef):
+    """The bordered inverse on the margin rows ``M`` of the entry at ``v``'s inverse
+    plus the term ``coef`` w w^T (:func:`_explicit_inverse_into`), a new array."""
+    return _explicit_inverse_into(pool, v, M, w, coef,
+                                  np.empty(_packed(M.shape[0] + 1)))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, internal=True)
+def _explicit_inverse_into(pool, v, M, w, coef, out):
     """The bordered inverse on the margin rows ``M`` of the entry at ``v``'s inverse
     plus the term ``coef`` w w^T, as the symmetric packed upper triangle an anchor
     keeps (:func:`_packed`; each entry the mean of the two mirrored sums): a child's
     inverse written out (the anchor of the next terms) from its parent's entry and
-    its own term (:func:`update`).
+    its own term (:func:`update`), written into ``out`` (returned): the ring's own
+    slot for it in the walk (:func:`_anchor_slot`), whose copy from a new array was
+    a third of :func:`pool_put`'s time.
 
     The anchor's entries plus the chain's terms W diag(c) W^T, written straight
     into the triangle: the full matrix it was built in (zeroed, filled, summed with
@@ -1276,7 +1330,6 @@ def explicit_inverse(pool, v, M, w, coef):
             W[i, t] = x
             Wc[t, i] = x * (coef if t == c - 1 else coefs[t])
     G = W @ Wc  # the terms' sum, (i, j) and (j, i) each rounded their own way
-    out = np.empty(_packed(mb))
     p = 0
     for i in range(mb):
         # the anchor's entries, row by row of its triangle: the rows both share keep
@@ -1541,6 +1594,7 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 depth += 1
                 chain += 1
         fresh = not ok  # solved from scratch: its numerators and inverse only once
+        placed = False  # its inverse written in the ring already (_anchor_slot)
         if ok:  # it is recorded (most pops of seeds and failed probes are not)
             singular, consistent = False, True
             diag[D_UPDATES] += 1
@@ -1618,7 +1672,16 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
                 # bordered_inverse, which would build it again)
                 Mc, Bc = Mf, packed_symmetric(lu_inverse(LUf[0], LUf[1]))
         elif chain > chain_max:  # its inverse written out: the next terms' anchor
-            Bc = explicit_inverse(pool, parent, Mc, wc, cc)
+            # straight into its entry's place in the ring where that overwrites
+            # nothing it is read from
+            b0 = _anchor_slot(pool, at, parent, Mc.shape[0] + 1, n, nv)
+            placed = b0 >= 0
+            if placed:
+                Bc = _explicit_inverse_into(
+                    pool, parent, Mc, wc, cc, pool[b0 : b0 + _packed(Mc.shape[0] + 1)]
+                )
+            else:
+                Bc = explicit_inverse(pool, parent, Mc, wc, cc)
         else:
             Bc = no_w
         if keep_h:
@@ -1631,7 +1694,8 @@ def walk(Q, y, box, rcoef, dom, KvT, y_val, cell_tol, keep_h,
         diag[D_REGIONS] += 1
         me = -1
         if Bc.shape[0] > 0 or not fresh:
-            me = pool_put(pool, at, Mc, Bc, wc, cc, parent, alpha, bprime, gt, h, depth)
+            me = _pool_put(pool, at, Mc, Bc, wc, cc, parent, alpha, bprime, gt, h,
+                           depth, placed)  # fmt: skip
         # the neighbour across every facet (Theorem 3), into a queue with room for
         # them all made first: arrays reassigned in the loop over the facets took
         # and dropped a reference each a facet
