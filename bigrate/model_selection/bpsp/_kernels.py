@@ -1296,8 +1296,8 @@ def _explicit_inverse_into(pool, v, M, w, coef, out):
     keeps (:func:`_packed`; each entry the mean of the two mirrored sums): a child's
     inverse written out (the anchor of the next terms) from its parent's entry and
     its own term (:func:`update`), written into ``out`` (returned): the ring's own
-    slot for it in the walk (:func:`_anchor_slot`), whose copy from a new array was
-    a third of :func:`pool_put`'s time.
+    slot for it in the walk (:func:`_anchor_slot`): its copy from a new array was
+    about a third of :func:`pool_put`'s time (by the floats moved).
 
     The anchor's entries plus the chain's terms W diag(c) W^T, written straight
     into the triangle: the full matrix it was built in (zeroed, filled, summed with
